@@ -1,0 +1,33 @@
+# The two entry points the README promises. Everything they need is installed from here.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+
+.PHONY: demo test install lint typecheck contracts unit bench
+
+$(BIN)/kubegpu: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(BIN)/kubegpu
+
+install: $(BIN)/kubegpu
+
+demo: install
+	$(BIN)/kubegpu mig layouts --model h200
+
+lint: install
+	$(BIN)/ruff check src tests bench scripts/catalog-from-reference
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: install
+	$(BIN)/mypy
+
+contracts: install
+	$(BIN)/lint-imports
+
+test: lint typecheck contracts
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/python -m bench

@@ -1,0 +1,1 @@
+"""MIG domain: profile names, layout geometry, mig-parted configs and applying them."""
