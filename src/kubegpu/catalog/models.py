@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kubegpu.catalog.naming import compute_instance_name, variant_of
@@ -112,6 +113,21 @@ class MigCapability:
             if p.id == profile_id:
                 return p
         raise KeyError(profile_id)
+
+    def driver_problems(self, profiles: Iterable[GpuInstanceProfile], driver: str) -> list[str]:
+        """Why `driver` cannot create these profiles together on one GPU (empty when it can)."""
+        ps = list(profiles)
+        out = [
+            f"{p.name} needs driver R{p.min_driver}+ (have {driver})"
+            for p in dict.fromkeys(ps)
+            if p.min_driver and not driver_at_least(driver, p.min_driver)
+        ]
+        kinds = {p.nvml for p in ps}
+        for rule in self.combination_rules:
+            if rule.profiles <= kinds and not driver_at_least(driver, rule.min_driver):
+                names = " + ".join(sorted({p.name for p in ps if p.nvml in rule.profiles}))
+                out.append(f"{names} on one GPU needs driver R{rule.min_driver}+ (have {driver})")
+        return out
 
     def compute_instance_profiles(
         self, gi: GpuInstanceProfile

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from kubegpu.catalog import GpuInstanceProfile, GpuModel, MigCapability, driver_at_least
+from kubegpu.catalog import GpuInstanceProfile, GpuModel, MigCapability
 
 
 @dataclass(frozen=True)
@@ -65,21 +65,8 @@ def _compatible_me(profiles: Iterable[GpuInstanceProfile]) -> bool:
 def driver_violations(
     mig: MigCapability, profiles: Iterable[GpuInstanceProfile], driver: str | None
 ) -> list[str]:
-    """Why this driver cannot create these profiles together (empty when it can)."""
-    if driver is None:
-        return []
-    ps = list(profiles)
-    out = [
-        f"{p.name} needs driver R{p.min_driver}+ (have {driver})"
-        for p in dict.fromkeys(ps)
-        if p.min_driver and not driver_at_least(driver, p.min_driver)
-    ]
-    kinds = {p.nvml for p in ps}
-    for rule in mig.combination_rules:
-        if rule.profiles <= kinds and not driver_at_least(driver, rule.min_driver):
-            names = " + ".join(sorted({p.name for p in ps if p.nvml in rule.profiles}))
-            out.append(f"{names} on one GPU needs driver R{rule.min_driver}+ (have {driver})")
-    return out
+    """Why this driver cannot create these profiles together (empty when it can or is unknown)."""
+    return [] if driver is None else mig.driver_problems(profiles, driver)
 
 
 def validate_layout(

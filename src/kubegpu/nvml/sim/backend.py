@@ -1,0 +1,648 @@
+"""The simulated NVML backend: a virtual GPU node built from the catalog.
+
+It enforces what the hardware enforces (placements, max counts, overlaps, the +me.all
+rule, instances in use, MIG mode needing a reset on Ampere, prerequisites) and raises the
+same error kinds. Auto-placement (create without a start) follows the driver's observed
+choices: the placement that removes the fewest other possible placements, lowest start
+on ties. That reproduces the MIG guide's known issue: on an A100, creating
+1g,1g,2g,3g in that order fails while 3g,1g,2g,1g works.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from kubegpu.catalog import (
+    ComputeInstanceProfile,
+    GpuInstanceProfile,
+    GpuModel,
+    MigCapability,
+    driver_at_least,
+    get_model,
+)
+from kubegpu.nvml import errors
+from kubegpu.nvml.interface import Nvml
+from kubegpu.nvml.sim.spec import NodeSpec, parse_spec
+from kubegpu.nvml.sim.state import (
+    MAX_EVENTS,
+    CiState,
+    EventState,
+    GiState,
+    GpuState,
+    NodeState,
+    ProcState,
+    StateFile,
+    mig_device_uuid,
+)
+from kubegpu.nvml.types import (
+    Activation,
+    ComputeInstanceInfo,
+    ComputeInstanceProfileInfo,
+    DeviceInfo,
+    EventType,
+    GpuEvent,
+    GpuInstanceInfo,
+    GpuInstanceProfileInfo,
+    MemoryInfo,
+    MigDeviceInfo,
+    MigMode,
+    Placement,
+    ProcessInfo,
+    SystemInfo,
+    Utilization,
+)
+
+T = TypeVar("T")
+XID_FALLEN_OFF_BUS = 79
+EVENT_POLL_S = 0.05
+
+
+def _mask(start: int, size: int) -> int:
+    return ((1 << size) - 1) << start
+
+
+@dataclass(frozen=True)
+class _Placed:
+    start: int
+    profile: GpuInstanceProfile
+
+    @property
+    def mask(self) -> int:
+        return _mask(self.start, self.profile.slices)
+
+
+class SimNvml(Nvml):
+    """NVML over a sim state file. Also offers the controls a lab has: faults, reboot."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.store = StateFile(Path(path))
+        state = self.store.read()
+        self._seen_event = state["event_seq"]
+
+    @classmethod
+    def create(cls, path: Path | str, spec: NodeSpec | str) -> SimNvml:
+        """Open the state at `path`, creating it from `spec` when it does not exist yet."""
+        store = StateFile(Path(path))
+        node = parse_spec(spec) if isinstance(spec, str) else spec
+        store.create(node)
+        return cls(path)
+
+    # -- helpers ------------------------------------------------------------------------
+    def _read(self, fn: Callable[[NodeState], T]) -> T:
+        return fn(self.store.read())
+
+    def _change(self, fn: Callable[[NodeState], T]) -> T:
+        with self.store.transaction() as state:
+            return fn(state)
+
+    @staticmethod
+    def _gpu(state: NodeState, index: int, *, allow_lost: bool = False) -> GpuState:
+        if not isinstance(index, int) or not 0 <= index < len(state["gpus"]):
+            raise errors.InvalidArgument(
+                f"no GPU with index {index} (node has {len(state['gpus'])})"
+            )
+        gpu = state["gpus"][index]
+        if gpu["lost"] and not allow_lost:
+            raise errors.GpuIsLost(f"GPU {index} ({gpu['uuid']}) has fallen off the bus")
+        return gpu
+
+    @staticmethod
+    def _model(gpu: GpuState) -> GpuModel:
+        return get_model(gpu["model"])
+
+    def _mig(self, state: NodeState, gpu: GpuState, *, need_enabled: bool = True) -> MigCapability:
+        model = self._model(gpu)
+        if model.mig is None:
+            raise errors.NotSupported(
+                f"GPU {gpu['index']} ({model.product_name}) does not support MIG"
+            )
+        if not driver_at_least(state["driver_version"], model.mig.min_driver):
+            raise errors.NotSupported(
+                f"GPU {gpu['index']} ({model.product_name}): MIG needs driver {model.mig.min_driver} "
+                f"or newer, this node runs {state['driver_version']}"
+            )
+        if need_enabled and not gpu["mig_current"]:
+            raise errors.NotSupported(f"GPU {gpu['index']}: MIG mode is not enabled")
+        return model.mig
+
+    @staticmethod
+    def _profile_by_id(mig: MigCapability, gpu: GpuState, profile_id: int) -> GpuInstanceProfile:
+        try:
+            return mig.profile_by_id(profile_id)
+        except KeyError:
+            raise errors.InvalidArgument(
+                f"GPU {gpu['index']}: no GPU-instance profile with id {profile_id}"
+            ) from None
+
+    @staticmethod
+    def _gi(gpu: GpuState, gi_id: int) -> GiState:
+        for gi in gpu["gpu_instances"]:
+            if gi["id"] == gi_id:
+                return gi
+        raise errors.NotFound(f"GPU {gpu['index']}: no GPU instance {gi_id}")
+
+    def _placed(self, mig: MigCapability, gpu: GpuState) -> list[_Placed]:
+        return [
+            _Placed(gi["start"], mig.profile_by_id(gi["profile_id"])) for gi in gpu["gpu_instances"]
+        ]
+
+    # -- system and devices -------------------------------------------------------------
+    def system(self) -> SystemInfo:
+        s = self.store.read()
+        return SystemInfo(s["driver_version"], s["cuda_driver_version"], "13.615.71-sim")
+
+    def device_count(self) -> int:
+        return len(self.store.read()["gpus"])
+
+    def device(self, index: int) -> DeviceInfo:
+        gpu = self._gpu(self.store.read(), index)
+        model = self._model(gpu)
+        major, _, minor = model.compute_capability.partition(".")
+        return DeviceInfo(
+            index=index,
+            uuid=gpu["uuid"],
+            name=model.product_name,
+            pci_bus_id=gpu["pci_bus_id"],
+            pci_device_id=model.pci_device_id,
+            memory_total_mib=model.memory_mib,
+            compute_capability=(int(major), int(minor)),
+            model_id=model.id,
+        )
+
+    def memory(self, index: int) -> MemoryInfo:
+        gpu = self._gpu(self.store.read(), index)
+        used = sum(p["used_memory_mib"] for p in gpu["processes"])
+        return MemoryInfo(self._model(gpu).memory_mib, used)
+
+    def utilization(self, index: int) -> Utilization:
+        gpu = self._gpu(self.store.read(), index)
+        total = self._model(gpu).memory_mib
+        sm = min(100, sum(p["sm_percent"] for p in gpu["processes"]))
+        used = sum(p["used_memory_mib"] for p in gpu["processes"])
+        return Utilization(sm, min(100, used * 100 // total))
+
+    def processes(self, index: int) -> list[ProcessInfo]:
+        gpu = self._gpu(self.store.read(), index)
+        return [
+            ProcessInfo(p["pid"], p["used_memory_mib"], p["gi"], p["ci"]) for p in gpu["processes"]
+        ]
+
+    # -- MIG mode -----------------------------------------------------------------------
+    def mig_mode(self, index: int) -> MigMode:
+        state = self.store.read()
+        gpu = self._gpu(state, index)
+        self._mig(state, gpu, need_enabled=False)
+        return MigMode(gpu["mig_current"], gpu["mig_pending"])
+
+    def set_mig_mode(self, index: int, enabled: bool) -> Activation:
+        def change(state: NodeState) -> Activation:
+            gpu = self._gpu(state, index)
+            mig = self._mig(state, gpu, need_enabled=False)
+            if enabled and mig.display_mode_compute_required and gpu["display_mode"] != "compute":
+                raise errors.NotSupported(
+                    f"GPU {index} ({self._model(gpu).product_name}) is in graphics display mode; "
+                    "switch it to compute first (DisplayModeSelector --gpumode=compute)"
+                )
+            if gpu["mig_current"] == enabled and gpu["mig_pending"] == enabled:
+                return Activation.APPLIED
+            if gpu["processes"]:
+                pids = ", ".join(str(p["pid"]) for p in gpu["processes"])
+                raise errors.InUse(f"GPU {index} has running processes ({pids})")
+            if not enabled and gpu["gpu_instances"]:
+                raise errors.InUse(
+                    f"GPU {index} still has {len(gpu['gpu_instances'])} GPU instances"
+                )
+            gpu["mig_pending"] = enabled
+            if mig.mode_change_needs_reset:
+                return Activation.RESET_REQUIRED
+            gpu["mig_current"] = enabled
+            return Activation.APPLIED
+
+        return self._change(change)
+
+    def reset(self, index: int) -> None:
+        def change(state: NodeState) -> None:
+            gpu = self._gpu(state, index, allow_lost=True)
+            if gpu["processes"]:
+                pids = ", ".join(str(p["pid"]) for p in gpu["processes"])
+                raise errors.InUse(f"GPU {index} cannot be reset: processes {pids} use it")
+            self._power_cycle(gpu)
+
+        self._change(change)
+
+    @staticmethod
+    def _power_cycle(gpu: GpuState) -> None:
+        gpu["mig_current"] = gpu["mig_pending"]
+        gpu["gpu_instances"] = []
+        gpu["processes"] = []
+        gpu["lost"] = False
+
+    # -- GPU instances ------------------------------------------------------------------
+    def gpu_instance_profiles(self, index: int) -> list[GpuInstanceProfileInfo]:
+        state = self.store.read()
+        gpu = self._gpu(state, index)
+        mig = self._mig(state, gpu, need_enabled=False)
+        return [
+            GpuInstanceProfileInfo(
+                nvml_enum=p.nvml_enum,
+                id=p.id,
+                name=p.name,
+                slice_count=p.compute_slices,
+                instance_count=p.max_count,
+                multiprocessor_count=p.sms,
+                copy_engine_count=p.engines.ce,
+                decoder_count=p.engines.dec,
+                encoder_count=p.engines.enc,
+                jpeg_count=p.engines.jpg,
+                ofa_count=p.engines.ofa,
+                memory_size_mib=p.memory_mib,
+            )
+            for p in mig.gpu_instance_profiles
+            if not p.min_driver or driver_at_least(state["driver_version"], p.min_driver)
+        ]
+
+    def gpu_instance_possible_placements(self, index: int, profile_id: int) -> list[Placement]:
+        state = self.store.read()
+        gpu = self._gpu(state, index)
+        mig = self._mig(state, gpu)
+        p = self._profile_by_id(mig, gpu, profile_id)
+        return [Placement(s, p.slices) for s in p.placements]
+
+    def gpu_instance_remaining_capacity(self, index: int, profile_id: int) -> int:
+        state = self.store.read()
+        gpu = self._gpu(state, index)
+        mig = self._mig(state, gpu)
+        profile = self._profile_by_id(mig, gpu, profile_id)
+        placed = self._placed(mig, gpu)
+        count = 0
+        while self._why_not(state, mig, placed, profile, None) is None:
+            start = self._auto_start(mig, placed, profile)
+            assert start is not None
+            placed.append(_Placed(start, profile))
+            count += 1
+        return count
+
+    def _why_not(
+        self,
+        state: NodeState,
+        mig: MigCapability,
+        placed: list[_Placed],
+        profile: GpuInstanceProfile,
+        start: int | None,
+    ) -> errors.NvmlError | None:
+        """The error creating `profile` at `start` next to `placed` would raise, if any."""
+        if len(placed) >= mig.max_gpu_instances:
+            return errors.InsufficientResources(f"all {mig.max_gpu_instances} GPU instances in use")
+        if sum(1 for pi in placed if pi.profile == profile) >= profile.max_count:
+            return errors.InsufficientResources(
+                f"{profile.name}: max count {profile.max_count} reached"
+            )
+        kinds = [pi.profile for pi in placed]
+        if any(p.all_media_engines for p in kinds) and not profile.no_media_engines:
+            return errors.InsufficientResources(
+                f"an +me.all instance leaves room only for -me profiles, not {profile.name}"
+            )
+        if profile.all_media_engines and any(not p.no_media_engines for p in kinds):
+            return errors.InsufficientResources(
+                f"{profile.name} needs every other instance to be a -me profile"
+            )
+        problems = mig.driver_problems([*kinds, profile], state["driver_version"])
+        if problems:
+            return errors.NotSupported("; ".join(problems))
+        used = 0
+        for pi in placed:
+            used |= pi.mask
+        if start is None:
+            if self._auto_start(mig, placed, profile) is None:
+                return errors.InsufficientResources(f"no free placement for {profile.name}")
+            return None
+        if start not in profile.placements:
+            return errors.InvalidArgument(
+                f"{profile.name} cannot start at {start} (starts: {list(profile.placements)})"
+            )
+        if used & _mask(start, profile.slices):
+            return errors.InsufficientResources(
+                f"{profile.name}@{start}:{profile.slices} overlaps an existing instance"
+            )
+        return None
+
+    @staticmethod
+    def _auto_start(
+        mig: MigCapability, placed: list[_Placed], profile: GpuInstanceProfile
+    ) -> int | None:
+        used = 0
+        for pi in placed:
+            used |= pi.mask
+        all_masks = [_mask(s, p.slices) for p in mig.gpu_instance_profiles for s in p.placements]
+        best: tuple[int, int] | None = None
+        for s in profile.placements:
+            m = _mask(s, profile.slices)
+            if used & m:
+                continue
+            damage = sum(1 for other in all_masks if not used & other and other & m)
+            if best is None or damage < best[0]:
+                best = (damage, s)
+        return best[1] if best else None
+
+    @staticmethod
+    def _gi_id(mig: MigCapability, gpu: GpuState, start: int, size: int) -> int:
+        units = mig.placement_units
+        if units % size == 0 and start % size == 0:
+            return units // size - 1 + start // size
+        taken = {gi["id"] for gi in gpu["gpu_instances"]}
+        return next(i for i in range(2 * units, 4 * units) if i not in taken)
+
+    def create_gpu_instance(
+        self, index: int, profile_id: int, start: int | None = None
+    ) -> GpuInstanceInfo:
+        def change(state: NodeState) -> GpuInstanceInfo:
+            gpu = self._gpu(state, index)
+            mig = self._mig(state, gpu)
+            profile = self._profile_by_id(mig, gpu, profile_id)
+            placed = self._placed(mig, gpu)
+            problem = self._why_not(state, mig, placed, profile, start)
+            if problem:
+                raise problem
+            where = start if start is not None else self._auto_start(mig, placed, profile)
+            assert where is not None
+            gi_id = self._gi_id(mig, gpu, where, profile.slices)
+            gpu["gpu_instances"].append(
+                GiState(id=gi_id, profile_id=profile.id, start=where, compute_instances=[])
+            )
+            return GpuInstanceInfo(index, gi_id, profile.id, Placement(where, profile.slices))
+
+        return self._change(change)
+
+    def gpu_instances(self, index: int) -> list[GpuInstanceInfo]:
+        state = self.store.read()
+        gpu = self._gpu(state, index)
+        mig = self._mig(state, gpu)
+        return [
+            GpuInstanceInfo(
+                index,
+                gi["id"],
+                gi["profile_id"],
+                Placement(gi["start"], mig.profile_by_id(gi["profile_id"]).slices),
+            )
+            for gi in sorted(gpu["gpu_instances"], key=lambda g: g["id"])
+        ]
+
+    def destroy_gpu_instance(self, index: int, gi_id: int) -> None:
+        def change(state: NodeState) -> None:
+            gpu = self._gpu(state, index)
+            self._mig(state, gpu)
+            gi = self._gi(gpu, gi_id)
+            if gi["compute_instances"]:
+                raise errors.InUse(
+                    f"GPU {index} GI {gi_id} still has {len(gi['compute_instances'])} compute instances"
+                )
+            if any(p["gi"] == gi_id for p in gpu["processes"]):
+                raise errors.InUse(f"GPU {index} GI {gi_id} has running processes")
+            gpu["gpu_instances"].remove(gi)
+
+        self._change(change)
+
+    # -- compute instances --------------------------------------------------------------
+    def _ci_profiles(
+        self, mig: MigCapability, gi: GiState
+    ) -> tuple[GpuInstanceProfile, tuple[ComputeInstanceProfile, ...]]:
+        gip = mig.profile_by_id(gi["profile_id"])
+        return gip, mig.compute_instance_profiles(gip)
+
+    def compute_instance_profiles(self, index: int, gi_id: int) -> list[ComputeInstanceProfileInfo]:
+        state = self.store.read()
+        gpu = self._gpu(state, index)
+        mig = self._mig(state, gpu)
+        gip, cips = self._ci_profiles(mig, self._gi(gpu, gi_id))
+        return [
+            ComputeInstanceProfileInfo(
+                c.nvml_enum, c.name(gip), c.compute_slices, c.max_count, c.sms
+            )
+            for c in cips
+        ]
+
+    def create_compute_instance(
+        self, index: int, gi_id: int, profile_id: int
+    ) -> ComputeInstanceInfo:
+        def change(state: NodeState) -> ComputeInstanceInfo:
+            gpu = self._gpu(state, index)
+            mig = self._mig(state, gpu)
+            gi = self._gi(gpu, gi_id)
+            gip, cips = self._ci_profiles(mig, gi)
+            cip = next((c for c in cips if c.nvml_enum == profile_id), None)
+            if cip is None:
+                raise errors.InvalidArgument(
+                    f"GPU {index} GI {gi_id} ({gip.name}): no compute-instance profile {profile_id}"
+                )
+            same = [c for c in gi["compute_instances"] if c["profile_id"] == profile_id]
+            if len(same) >= cip.max_count:
+                raise errors.InsufficientResources(
+                    f"{cip.name(gip)}: max count {cip.max_count} reached"
+                )
+            used = 0
+            for c in gi["compute_instances"]:
+                used |= _mask(c["start"], c["size"])
+            size = cip.compute_slices
+            start = next(
+                (
+                    s
+                    for s in range(0, gip.compute_slices - size + 1, size)
+                    if not used & _mask(s, size)
+                ),
+                None,
+            )
+            if start is None:
+                raise errors.InsufficientResources(
+                    f"GPU {index} GI {gi_id}: no compute slices left for {cip.name(gip)}"
+                )
+            ci_id = next(
+                i for i in range(64) if i not in {c["id"] for c in gi["compute_instances"]}
+            )
+            gi["compute_instances"].append(
+                CiState(
+                    id=ci_id,
+                    profile_id=profile_id,
+                    start=start,
+                    size=size,
+                    uuid=mig_device_uuid(state, gpu, gi_id, ci_id),
+                )
+            )
+            return ComputeInstanceInfo(index, gi_id, ci_id, profile_id, Placement(start, size))
+
+        return self._change(change)
+
+    def compute_instances(self, index: int, gi_id: int) -> list[ComputeInstanceInfo]:
+        state = self.store.read()
+        gpu = self._gpu(state, index)
+        self._mig(state, gpu)
+        gi = self._gi(gpu, gi_id)
+        return [
+            ComputeInstanceInfo(
+                index, gi_id, c["id"], c["profile_id"], Placement(c["start"], c["size"])
+            )
+            for c in gi["compute_instances"]
+        ]
+
+    def destroy_compute_instance(self, index: int, gi_id: int, ci_id: int) -> None:
+        def change(state: NodeState) -> None:
+            gpu = self._gpu(state, index)
+            self._mig(state, gpu)
+            gi = self._gi(gpu, gi_id)
+            ci = next((c for c in gi["compute_instances"] if c["id"] == ci_id), None)
+            if ci is None:
+                raise errors.NotFound(f"GPU {index} GI {gi_id}: no compute instance {ci_id}")
+            if any(p["gi"] == gi_id and p["ci"] == ci_id for p in gpu["processes"]):
+                raise errors.InUse(f"GPU {index} GI {gi_id} CI {ci_id} has running processes")
+            gi["compute_instances"].remove(ci)
+
+        self._change(change)
+
+    def mig_devices(self, index: int) -> list[MigDeviceInfo]:
+        state = self.store.read()
+        gpu = self._gpu(state, index)
+        if not gpu["mig_current"]:
+            return []
+        mig = self._mig(state, gpu)
+        out: list[MigDeviceInfo] = []
+        for gi in sorted(gpu["gpu_instances"], key=lambda g: g["id"]):
+            gip, cips = self._ci_profiles(mig, gi)
+            for c in sorted(gi["compute_instances"], key=lambda c: c["id"]):
+                cip = next(x for x in cips if x.nvml_enum == c["profile_id"])
+                out.append(
+                    MigDeviceInfo(
+                        parent_index=index,
+                        index=len(out),
+                        uuid=c["uuid"],
+                        gpu_instance_id=gi["id"],
+                        compute_instance_id=c["id"],
+                        gi_profile_id=gip.id,
+                        profile=cip.name(gip),
+                        memory_mib=gip.memory_mib,
+                        multiprocessor_count=cip.sms,
+                        placement=Placement(gi["start"], gip.slices),
+                    )
+                )
+        return out
+
+    # -- events -------------------------------------------------------------------------
+    def wait_for_event(self, timeout_s: float) -> GpuEvent | None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            state = self.store.read()
+            for ev in state["events"]:
+                if ev["seq"] > self._seen_event:
+                    self._seen_event = ev["seq"]
+                    gpu = state["gpus"][ev["gpu"]]
+                    return GpuEvent(
+                        ev["gpu"], gpu["uuid"], EventType(ev["type"]), ev["xid"], ev["gi"], ev["ci"]
+                    )
+            self._seen_event = max(self._seen_event, state["event_seq"])
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(EVENT_POLL_S, left))
+
+    # -- lab controls (simulator only) ----------------------------------------------------
+    @staticmethod
+    def _emit(
+        state: NodeState, gpu: int, kind: EventType, xid: int, gi: int | None, ci: int | None
+    ) -> None:
+        state["event_seq"] += 1
+        state["events"].append(
+            EventState(seq=state["event_seq"], gpu=gpu, type=kind.value, xid=xid, gi=gi, ci=ci)
+        )
+        del state["events"][:-MAX_EVENTS]
+
+    def inject_xid(
+        self, index: int, xid: int, gi: int | None = None, ci: int | None = None
+    ) -> None:
+        def change(state: NodeState) -> None:
+            self._gpu(state, index, allow_lost=True)
+            self._emit(state, index, EventType.XID, xid, gi, ci)
+
+        self._change(change)
+
+    def lose_gpu(self, index: int) -> None:
+        """The GPU falls off the bus: Xid 79, then every call on it raises GpuIsLost."""
+
+        def change(state: NodeState) -> None:
+            gpu = self._gpu(state, index, allow_lost=True)
+            gpu["lost"] = True
+            self._emit(state, index, EventType.GPU_LOST, XID_FALLEN_OFF_BUS, None, None)
+
+        self._change(change)
+
+    def set_display_mode(self, index: int, mode: str) -> None:
+        if mode not in {"graphics", "compute"}:
+            raise errors.InvalidArgument(f"display mode {mode!r} (use graphics or compute)")
+
+        def change(state: NodeState) -> None:
+            gpu = self._gpu(state, index)
+            if gpu["mig_current"] and mode == "graphics":
+                raise errors.InUse(f"GPU {index}: disable MIG before switching to graphics mode")
+            gpu["display_mode"] = mode
+
+        self._change(change)
+
+    def set_driver_version(self, version: str) -> None:
+        def change(state: NodeState) -> None:
+            state["driver_version"] = version
+
+        self._change(change)
+
+    def start_process(
+        self,
+        index: int,
+        pid: int,
+        used_memory_mib: int,
+        *,
+        sm_percent: int = 50,
+        mig_device: str | None = None,
+    ) -> None:
+        """A CUDA process starts on a GPU or on the MIG device with UUID `mig_device`."""
+
+        def change(state: NodeState) -> None:
+            gpu = self._gpu(state, index)
+            gi_id = ci_id = None
+            if mig_device is not None:
+                for gi in gpu["gpu_instances"]:
+                    for c in gi["compute_instances"]:
+                        if c["uuid"] == mig_device:
+                            gi_id, ci_id = gi["id"], c["id"]
+                if gi_id is None:
+                    raise errors.NotFound(f"GPU {index}: no MIG device {mig_device}")
+            gpu["processes"].append(
+                ProcState(
+                    pid=pid,
+                    used_memory_mib=used_memory_mib,
+                    sm_percent=sm_percent,
+                    gi=gi_id,
+                    ci=ci_id,
+                )
+            )
+
+        self._change(change)
+
+    def stop_process(self, index: int, pid: int) -> None:
+        def change(state: NodeState) -> None:
+            gpu = self._gpu(state, index, allow_lost=True)
+            gpu["processes"] = [p for p in gpu["processes"] if p["pid"] != pid]
+
+        self._change(change)
+
+    def reboot(self) -> None:
+        """Node reboot: pending MIG modes take effect; instances, processes and faults clear."""
+
+        def change(state: NodeState) -> None:
+            state["boot_id"] += 1
+            for gpu in state["gpus"]:
+                self._power_cycle(gpu)
+
+        self._change(change)
+
+    def raw_state(self) -> NodeState:
+        return self.store.read()

@@ -1,0 +1,180 @@
+"""The simulated node's GPU state: one JSON file, changed only under its lock.
+
+Every process of one simulated node (device plugin, MIG manager, exporter...) opens the
+same file, so they all see one set of GPUs, as processes on a real node share hardware.
+Writes go to a temporary file and are renamed into place, so a crash mid-write never
+leaves a torn state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypedDict
+
+from filelock import FileLock
+
+from kubegpu.nvml.sim.spec import NodeSpec
+
+STATE_VERSION = 1
+
+
+class CiState(TypedDict):
+    id: int
+    profile_id: int
+    start: int
+    size: int
+    uuid: str
+
+
+class GiState(TypedDict):
+    id: int
+    profile_id: int
+    start: int
+    compute_instances: list[CiState]
+
+
+class ProcState(TypedDict):
+    pid: int
+    used_memory_mib: int
+    sm_percent: int
+    gi: int | None
+    ci: int | None
+
+
+class GpuState(TypedDict):
+    index: int
+    model: str
+    uuid: str
+    pci_bus_id: str
+    mig_current: bool
+    mig_pending: bool
+    display_mode: str
+    lost: bool
+    gpu_instances: list[GiState]
+    processes: list[ProcState]
+
+
+class EventState(TypedDict):
+    seq: int
+    gpu: int
+    type: str
+    xid: int
+    gi: int | None
+    ci: int | None
+
+
+class NodeState(TypedDict):
+    version: int
+    spec: str
+    driver_version: str
+    cuda_driver_version: int
+    boot_id: int
+    serial: int  # bumped on every change; makes MIG device UUIDs unique per creation
+    event_seq: int
+    events: list[EventState]
+    gpus: list[GpuState]
+
+
+MAX_EVENTS = 256
+
+
+def _uuid(seed: str, *parts: object) -> uuid.UUID:
+    return uuid.uuid5(uuid.NAMESPACE_URL, "kubegpu-sim:" + seed + ":" + ":".join(map(str, parts)))
+
+
+def new_state(spec: NodeSpec, seed: str) -> NodeState:
+    gpus: list[GpuState] = []
+    for i, model in enumerate(spec.models):
+        needs_switch = bool(model.mig and model.mig.display_mode_compute_required)
+        display = spec.display or ("graphics" if needs_switch else "compute")
+        gpus.append(
+            GpuState(
+                index=i,
+                model=model.id,
+                uuid=f"GPU-{_uuid(seed, 'gpu', i)}",
+                pci_bus_id=f"00000000:{0x18 + 0x10 * i:02X}:00.0",
+                mig_current=spec.mig and model.mig_capable,
+                mig_pending=spec.mig and model.mig_capable,
+                display_mode=display,
+                lost=False,
+                gpu_instances=[],
+                processes=[],
+            )
+        )
+    major, _, minor = spec.cuda.partition(".")
+    return NodeState(
+        version=STATE_VERSION,
+        spec=str(spec),
+        driver_version=spec.driver,
+        cuda_driver_version=int(major) * 1000 + int(minor) * 10,
+        boot_id=1,
+        serial=0,
+        event_seq=0,
+        events=[],
+        gpus=gpus,
+    )
+
+
+def mig_device_uuid(state: NodeState, gpu: GpuState, gi: int, ci: int) -> str:
+    return f"MIG-{_uuid(gpu['uuid'], state['boot_id'], state['serial'], gi, ci)}"
+
+
+class StateFile:
+    """A state file plus its lock. `transaction()` yields the state for reading or changing."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = FileLock(str(path) + ".lock")
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def create(self, spec: NodeSpec) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            if not self.path.exists():
+                seed = spec.seed or str(self.path.resolve())
+                self._write(new_state(spec, seed))
+
+    def read(self) -> NodeState:
+        with self._lock:
+            return self._read()
+
+    @contextmanager
+    def transaction(self) -> Iterator[NodeState]:
+        """Hold the lock; write the state back if the block finishes without an exception."""
+        with self._lock:
+            state = self._read()
+            yield state
+            state["serial"] += 1
+            self._write(state)
+
+    def _read(self) -> NodeState:
+        try:
+            data: Any = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"sim GPU state {self.path} does not exist") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"sim GPU state {self.path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"sim GPU state {self.path}: unsupported format (version {data.get('version')!r})"
+            )
+        state: NodeState = data  # type: ignore[assignment]
+        return state
+
+    def _write(self, state: NodeState) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(state, f, indent=1)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
