@@ -14,7 +14,7 @@ $(BIN)/kubegpu: pyproject.toml
 install: $(BIN)/kubegpu
 
 demo: install
-	$(BIN)/kubegpu mig layouts --model h200
+	$(BIN)/kubegpu demo
 
 lint: install
 	$(BIN)/ruff check src tests bench scripts/catalog-from-reference

@@ -1,0 +1,93 @@
+"""`kubegpu sim`: the simulator's lab controls (faults, display mode, reboot) for a sim node."""
+
+from __future__ import annotations
+
+import typer
+
+from kubegpu.cli.options import SIM_NODE_OPTION, fail
+from kubegpu.nvml import BackendError, NvmlError, SimNvml, open_nvml
+
+app = typer.Typer(help="Simulated GPUs and (soon) simulated clusters.", no_args_is_help=True)
+gpu_app = typer.Typer(help="Lab controls for a simulated node's GPUs.", no_args_is_help=True)
+app.add_typer(gpu_app, name="gpu")
+
+SIM_NVML = typer.Option(..., "--nvml", envvar="KUBEGPU_NVML", help="sim:<state-file> of the node.")
+
+
+def _sim(nvml: str, sim_node: str | None) -> SimNvml:
+    if not nvml.startswith("sim:"):
+        fail(f"--nvml {nvml!r}: lab controls work only on a simulated node (sim:<state-file>)")
+    try:
+        node = open_nvml(nvml, sim_node)
+    except (BackendError, ValueError, FileNotFoundError) as exc:
+        fail(str(exc))
+    assert isinstance(node, SimNvml)
+    return node
+
+
+@gpu_app.command("show")
+def show(nvml: str = SIM_NVML, sim_node: str | None = SIM_NODE_OPTION) -> None:
+    """List the node's GPUs (and create the node when --sim-node is given)."""
+    node = _sim(nvml, sim_node)
+    state = node.raw_state()
+    typer.echo(f"driver {state['driver_version']}, boot {state['boot_id']}")
+    for g in state["gpus"]:
+        mig = "on" if g["mig_current"] else "off"
+        if g["mig_pending"] != g["mig_current"]:
+            mig += f" (pending {'on' if g['mig_pending'] else 'off'})"
+        lost = ", LOST" if g["lost"] else ""
+        typer.echo(
+            f"GPU {g['index']}: {g['model']} {g['uuid']} MIG {mig}, display {g['display_mode']}, {len(g['gpu_instances'])} GIs{lost}"
+        )
+
+
+@gpu_app.command("display-mode")
+def display_mode(
+    mode: str = typer.Argument(..., help="compute or graphics"),
+    gpu: list[int] = typer.Option(None, "--gpu", "-i", help="GPU index (default: all)."),
+    nvml: str = SIM_NVML,
+) -> None:
+    """Switch display mode, as DisplayModeSelector does on RTX PRO Workstation cards."""
+    node = _sim(nvml, None)
+    try:
+        for i in gpu or range(node.device_count()):
+            node.set_display_mode(i, mode)
+    except NvmlError as exc:
+        fail(str(exc))
+
+
+@gpu_app.command("xid")
+def xid(
+    code: int = typer.Argument(..., help="Xid number, e.g. 48 (double-bit ECC) or 79."),
+    gpu: int = typer.Option(0, "--gpu", "-i"),
+    nvml: str = SIM_NVML,
+) -> None:
+    """Inject an XID event."""
+    try:
+        _sim(nvml, None).inject_xid(gpu, code)
+    except NvmlError as exc:
+        fail(str(exc))
+
+
+@gpu_app.command("lose")
+def lose(gpu: int = typer.Option(0, "--gpu", "-i"), nvml: str = SIM_NVML) -> None:
+    """Make a GPU fall off the bus (Xid 79) until reset or reboot."""
+    try:
+        _sim(nvml, None).lose_gpu(gpu)
+    except NvmlError as exc:
+        fail(str(exc))
+
+
+@gpu_app.command("reset")
+def reset(gpu: int = typer.Option(..., "--gpu", "-i"), nvml: str = SIM_NVML) -> None:
+    """Reset one GPU: applies a pending MIG mode, drops instances."""
+    try:
+        _sim(nvml, None).reset(gpu)
+    except NvmlError as exc:
+        fail(str(exc))
+
+
+@gpu_app.command("reboot")
+def reboot(nvml: str = SIM_NVML) -> None:
+    """Reboot the simulated node's GPUs: pending MIG modes apply, instances clear."""
+    _sim(nvml, None).reboot()

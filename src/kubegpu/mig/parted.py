@@ -1,0 +1,377 @@
+"""mig-parted's node operations over the `nvml` seam: apply, assert, export, generate.
+
+`apply` checks the whole node before it touches a GPU, refuses GPUs whose instances are
+in use, creates instances at explicit placements (so creation order cannot fragment the
+GPU), and on any failure puts every GPU it changed back the way it was and says so.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from kubegpu.catalog import GpuInstanceProfile, GpuModel, find_by_pci_id, get_model
+from kubegpu.mig.config import ConfigError, MigConfigEntry, MigPartedConfig
+from kubegpu.mig.geometry import fits, place
+from kubegpu.mig.targets import GpuTarget, NodeGpu, plan_node
+from kubegpu.nvml import Activation, Nvml, NvmlError, errors
+
+Report = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+class ApplyError(RuntimeError):
+    """Applying failed; `state` describes every GPU as it is now."""
+
+    def __init__(self, message: str, state: str = "") -> None:
+        super().__init__(message + (f"\n{state}" if state else ""))
+
+
+@dataclass(frozen=True)
+class GpuMigState:
+    """A GPU's MIG state as mig-parted sees it: mode plus MIG devices by profile name."""
+
+    index: int
+    model: GpuModel | None
+    pci_device_id: int
+    mig_capable: bool
+    enabled: bool
+    pending: bool
+    devices: Counter[str] = field(default_factory=Counter)
+
+    def describe(self) -> str:
+        name = self.model.id if self.model else f"0x{self.pci_device_id:08X}"
+        if not self.mig_capable:
+            return f"GPU {self.index} ({name}): no MIG"
+        mode = "enabled" if self.enabled else "disabled"
+        if self.pending != self.enabled:
+            mode += f" (pending {'enabled' if self.pending else 'disabled'} after reset)"
+        devs = ", ".join(f"{k}x{v}" for k, v in sorted(self.devices.items())) or "no MIG devices"
+        return f"GPU {self.index} ({name}): MIG {mode}, {devs}"
+
+
+def read_state(nvml: Nvml, index: int) -> GpuMigState:
+    dev = nvml.device(index)
+    model = get_model(dev.model_id) if dev.model_id else find_by_pci_id(dev.pci_device_id)
+    try:
+        mode = nvml.mig_mode(index)
+    except errors.NotSupported:
+        return GpuMigState(index, model, dev.pci_device_id, False, False, False)
+    devices: Counter[str] = Counter()
+    if mode.current:
+        devices.update(d.profile for d in nvml.mig_devices(index))
+    return GpuMigState(index, model, dev.pci_device_id, True, mode.current, mode.pending, devices)
+
+
+def read_node(nvml: Nvml) -> list[GpuMigState]:
+    return [read_state(nvml, i) for i in range(nvml.device_count())]
+
+
+def describe_node(nvml: Nvml) -> str:
+    try:
+        return "\n".join(s.describe() for s in read_node(nvml))
+    except NvmlError as exc:
+        return f"GPU state unavailable: {exc}"
+
+
+def plan_for_node(nvml: Nvml, config: str, entries: Sequence[MigConfigEntry]) -> list[GpuTarget]:
+    gpus = []
+    for dev in nvml.devices():
+        model = get_model(dev.model_id) if dev.model_id else find_by_pci_id(dev.pci_device_id)
+        gpus.append(NodeGpu(dev.index, dev.pci_device_id, model))
+    return plan_node(config, entries, gpus, nvml.system().driver_version)
+
+
+# -- assert -----------------------------------------------------------------------------------
+
+
+def mode_matches(state: GpuMigState, target: GpuTarget | None) -> bool:
+    if target is None:
+        return False
+    if not state.mig_capable:
+        return not target.mig_enabled
+    return state.enabled == target.mig_enabled and state.pending == target.mig_enabled
+
+
+def config_matches(state: GpuMigState, target: GpuTarget | None) -> bool:
+    if not mode_matches(state, target) or target is None:
+        return False
+    if not state.mig_capable or not target.mig_enabled:
+        return True
+    return +state.devices == +target.wanted()
+
+
+def assert_config(
+    nvml: Nvml, config: str, entries: Sequence[MigConfigEntry], *, mode_only: bool = False
+) -> list[str]:
+    """Mismatches between the node and the config (empty: applied). Every GPU must be covered."""
+    targets = {t.index: t for t in plan_for_node(nvml, config, entries)}
+    problems = []
+    for state in read_node(nvml):
+        target = targets.get(state.index)
+        ok = mode_matches(state, target) if mode_only else config_matches(state, target)
+        if target is None and not state.mig_capable:
+            # devices: all skips GPUs without MIG; they match a config only by being left alone
+            ok = any(e.devices == "all" for e in entries)
+        if ok:
+            continue
+        if target is None:
+            problems.append(f"GPU {state.index}: not selected by any entry of config {config!r}")
+        else:
+            want = (
+                ", ".join(f"{k}x{v}" for k, v in sorted(target.wanted().items()))
+                or "no MIG devices"
+                if target.mig_enabled
+                else "MIG disabled"
+            )
+            problems.append(f"{state.describe()}; wanted {want}")
+    return problems
+
+
+# -- apply ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ApplyResult:
+    changed: list[int] = field(default_factory=list)
+    reset_required: list[int] = field(default_factory=list)
+    already_applied: bool = False
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    index: int
+    enabled: bool
+    instances: tuple[
+        tuple[int, int, tuple[int, ...]], ...
+    ]  # (gi profile id, start, ci profile ids)
+
+
+def _snapshot(nvml: Nvml, index: int) -> _Snapshot:
+    mode = nvml.mig_mode(index)
+    instances = []
+    if mode.current:
+        for gi in nvml.gpu_instances(index):
+            cis = tuple(ci.profile_id for ci in nvml.compute_instances(index, gi.id))
+            instances.append((gi.profile_id, gi.placement.start, cis))
+    return _Snapshot(index, mode.pending, tuple(instances))
+
+
+def _clear(nvml: Nvml, index: int) -> None:
+    for gi in nvml.gpu_instances(index):
+        for ci in nvml.compute_instances(index, gi.id):
+            nvml.destroy_compute_instance(index, gi.id, ci.id)
+        nvml.destroy_gpu_instance(index, gi.id)
+
+
+def _ci_profile_id(nvml: Nvml, index: int, gi_id: int, slices: int) -> int:
+    for p in nvml.compute_instance_profiles(index, gi_id):
+        if p.slice_count == slices:
+            return p.id
+    raise errors.NotSupported(f"GPU {index} GI {gi_id}: no {slices}-slice compute-instance profile")
+
+
+def _create(nvml: Nvml, target: GpuTarget) -> None:
+    for dev in target.devices:
+        gi = nvml.create_gpu_instance(target.index, dev.gi_profile.id, dev.start)
+        nvml.create_compute_instance(
+            target.index, gi.id, _ci_profile_id(nvml, target.index, gi.id, dev.ci_slices)
+        )
+
+
+def _restore(nvml: Nvml, snap: _Snapshot) -> None:
+    mode = nvml.mig_mode(snap.index)
+    if mode.current:
+        _clear(nvml, snap.index)
+    if mode.pending != snap.enabled:
+        nvml.set_mig_mode(snap.index, snap.enabled)
+    if nvml.mig_mode(snap.index).current:
+        for profile_id, start, cis in snap.instances:
+            gi = nvml.create_gpu_instance(snap.index, profile_id, start)
+            for ci in cis:
+                nvml.create_compute_instance(snap.index, gi.id, ci)
+
+
+def apply_config(
+    nvml: Nvml,
+    config: str,
+    entries: Sequence[MigConfigEntry],
+    *,
+    mode_only: bool = False,
+    skip_reset: bool = False,
+    report: Report = _quiet,
+) -> ApplyResult:
+    """Make the node match the config. Raises ConfigError (nothing touched) or ApplyError."""
+    targets = plan_for_node(nvml, config, entries)
+    states = {s.index: s for s in read_node(nvml)}
+    todo = [
+        t
+        for t in targets
+        if not (mode_matches if mode_only else config_matches)(states[t.index], t)
+    ]
+    result = ApplyResult()
+    if not todo:
+        result.already_applied = True
+        report(f"config {config!r} is already applied")
+        return result
+    busy = []
+    for t in todo:
+        pids = [p.pid for p in nvml.processes(t.index)]
+        if pids:
+            busy.append(f"GPU {t.index}: processes {', '.join(map(str, pids))} are using it")
+    if busy:
+        raise ApplyError(
+            "refusing to change GPUs that are in use; nothing was changed:\n" + "\n".join(busy)
+        )
+    snapshots = [_snapshot(nvml, t.index) for t in todo if states[t.index].mig_capable]
+    try:
+        _apply_mode(nvml, todo, states, result, skip_reset, report)
+        if not mode_only:
+            for t in todo:
+                if not t.mig_enabled or not nvml.mig_mode(t.index).current:
+                    continue
+                if config_matches(read_state(nvml, t.index), t):
+                    continue
+                report(
+                    f"GPU {t.index}: creating {', '.join(d.name + '@' + str(d.start) for d in t.devices) or 'no instances'}"
+                )
+                _clear(nvml, t.index)
+                _create(nvml, t)
+                result.changed.append(t.index)
+    except NvmlError as exc:
+        rolled = _roll_back(nvml, snapshots)
+        raise ApplyError(
+            f"applying config {config!r} failed: {exc}; {rolled}", describe_node(nvml)
+        ) from None
+    result.changed = sorted(set(result.changed))
+    return result
+
+
+def _apply_mode(
+    nvml: Nvml,
+    todo: list[GpuTarget],
+    states: dict[int, GpuMigState],
+    result: ApplyResult,
+    skip_reset: bool,
+    report: Report,
+) -> None:
+    for t in todo:
+        state = states[t.index]
+        if not state.mig_capable or (
+            state.enabled == t.mig_enabled and state.pending == t.mig_enabled
+        ):
+            continue
+        if state.enabled:
+            _clear(nvml, t.index)
+        report(f"GPU {t.index}: {'enabling' if t.mig_enabled else 'disabling'} MIG mode")
+        if nvml.set_mig_mode(t.index, t.mig_enabled) is Activation.RESET_REQUIRED:
+            result.reset_required.append(t.index)
+        result.changed.append(t.index)
+    if result.reset_required and not skip_reset:
+        for index in result.reset_required:
+            report(f"GPU {index}: resetting to apply the MIG mode change")
+            try:
+                nvml.reset(index)
+            except errors.NotSupported as exc:
+                report(f"GPU {index}: {exc}")
+                return
+        result.reset_required = [
+            i for i in result.reset_required if nvml.mig_mode(i).change_pending
+        ]
+
+
+def _roll_back(nvml: Nvml, snapshots: list[_Snapshot]) -> str:
+    failed = []
+    for snap in snapshots:
+        try:
+            _restore(nvml, snap)
+        except NvmlError as exc:
+            failed.append(f"GPU {snap.index}: {exc}")
+    if failed:
+        return "rolling back failed for " + "; ".join(failed)
+    return "every GPU was put back as it was"
+
+
+# -- export and generate ------------------------------------------------------------------------
+
+
+def export_config(nvml: Nvml, label: str = "current") -> MigPartedConfig:
+    """The node's current MIG state as a one-config mig-parted file (identical GPUs merged)."""
+    states = read_node(nvml)
+    groups: dict[tuple[int, bool, tuple[tuple[str, int], ...]], list[int]] = {}
+    for s in states:
+        enabled = s.enabled and s.mig_capable
+        key = (s.pci_device_id, enabled, tuple(sorted(s.devices.items())) if enabled else ())
+        groups.setdefault(key, []).append(s.index)
+    one_kind = len({k[0] for k in groups}) == 1
+    entries = []
+    for (pci, enabled, devices), indexes in groups.items():
+        everything = len(groups) == 1
+        raw: dict[str, object] = {
+            "devices": "all" if everything else indexes,
+            "mig-enabled": enabled,
+        }
+        if not one_kind and not everything:
+            raw["device-filter"] = [f"0x{pci:08X}"]
+        if enabled:
+            raw["mig-devices"] = dict(devices)
+        entries.append(MigConfigEntry.model_validate(raw))
+    return MigPartedConfig.model_validate({"version": "v1", "mig-configs": {label: entries}})
+
+
+def _max_count_placeable(model: GpuModel, name: str) -> int:
+    assert model.mig
+    n = model.mig.profile(name).max_count
+    while n > 0 and place(model, {name: n}) is None:
+        n -= 1
+    return n
+
+
+def generate_config(models: Sequence[GpuModel]) -> MigPartedConfig:
+    """The standard config set for these GPU models, as the MIG manager builds it from hardware:
+    all-disabled, all-enabled, all-balanced and one all-<profile> per profile."""
+    mig_models = list(dict.fromkeys(m for m in models if m.mig))
+    if not mig_models:
+        raise ConfigError("none of these GPUs is MIG-capable: " + ", ".join(m.id for m in models))
+    many = len(mig_models) > 1
+
+    def entry(model: GpuModel, devices: dict[str, int]) -> dict[str, object]:
+        raw: dict[str, object] = {"devices": "all", "mig-enabled": True, "mig-devices": devices}
+        if many:
+            raw = {"device-filter": [f"0x{pci:08X}" for pci in model.pci_device_ids], **raw}
+        return raw
+
+    configs: dict[str, list[dict[str, object]]] = {
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "all-enabled": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
+    }
+    balanced = []
+    for m in mig_models:
+        assert m.mig
+        base: dict[int, GpuInstanceProfile] = {}
+        for p in m.mig.gpu_instance_profiles:
+            if p.variant in {"", "REV2"}:
+                best = base.get(p.compute_slices)
+                if best is None or p.max_count > best.max_count:
+                    base[p.compute_slices] = p
+        recipe = {1: 2, 2: 1, 3: 1} if m.mig.compute_slices == 7 else {1: 2, 2: 1}
+        if all(g in base for g in recipe):
+            devices = {base[g].name: n for g, n in recipe.items()}
+            if fits(m, devices):
+                balanced.append(entry(m, devices))
+    if balanced:
+        configs["all-balanced"] = balanced
+    per_profile: dict[str, list[dict[str, object]]] = {}
+    for m in mig_models:
+        assert m.mig
+        for p in m.mig.gpu_instance_profiles:
+            name = "all-" + p.name.replace("+", ".")
+            per_profile.setdefault(name, []).append(
+                entry(m, {p.name: _max_count_placeable(m, p.name)})
+            )
+    configs.update(per_profile)
+    return MigPartedConfig.model_validate({"version": "v1", "mig-configs": configs})
