@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test install lint typecheck contracts unit bench
+.PHONY: demo test install lint typecheck contracts kubernetes bench
 
 $(BIN)/kubegpu: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,11 @@ typecheck: install
 contracts: install
 	$(BIN)/lint-imports
 
-test: lint typecheck contracts
+# The real control plane the integration tests run (built once, cached in ~/.cache/kubegpu).
+kubernetes:
+	scripts/build-kubernetes
+
+test: lint typecheck contracts kubernetes
 	$(BIN)/pytest
 
 bench: install
