@@ -33,5 +33,5 @@ kubernetes:
 test: lint typecheck contracts kubernetes
 	$(BIN)/pytest
 
-bench: install
+bench: install kubernetes
 	$(BIN)/python -m bench

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-SUITES = ["mig"]
+SUITES = ["mig", "sim", "controlplane"]
 
 
 def main(argv: list[str]) -> int:

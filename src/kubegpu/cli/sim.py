@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
+from pathlib import Path
+
 import typer
 
 from kubegpu.cli.options import SIM_NODE_OPTION, fail
 from kubegpu.nvml import BackendError, NvmlError, SimNvml, open_nvml
 
-app = typer.Typer(help="Simulated GPUs and (soon) simulated clusters.", no_args_is_help=True)
+app = typer.Typer(help="Simulated clusters, nodes and GPUs.", no_args_is_help=True)
 gpu_app = typer.Typer(help="Lab controls for a simulated node's GPUs.", no_args_is_help=True)
 app.add_typer(gpu_app, name="gpu")
 
@@ -91,3 +95,97 @@ def reset(gpu: int = typer.Option(..., "--gpu", "-i"), nvml: str = SIM_NVML) -> 
 def reboot(nvml: str = SIM_NVML) -> None:
     """Reboot the simulated node's GPUs: pending MIG modes apply, instances clear."""
     _sim(nvml, None).reboot()
+
+
+# -- simulated clusters -------------------------------------------------------------------------
+
+DEFAULT_WORKDIR = Path.home() / ".kubegpu" / "sim"
+
+
+@app.command("up")
+def up(
+    file: Path = typer.Option(
+        ..., "--file", "-f", help="Cluster file (see examples/cluster.yaml)."
+    ),
+    workdir: Path = typer.Option(
+        DEFAULT_WORKDIR, "--workdir", help="Where state, logs and the kubeconfig live."
+    ),
+) -> None:
+    """Start the control plane and the simulated nodes; stay up until interrupted."""
+    from kubegpu.sim.cluster import (
+        ClusterFileError,
+        SimCluster,
+        load_cluster,
+        stop_running,
+        write_pid,
+    )
+    from kubegpu.sim.controlplane import ControlPlaneError
+
+    try:
+        spec = load_cluster(file)
+    except ClusterFileError as exc:
+        fail(str(exc))
+    if (workdir / "sim.pid").exists():
+        typer.echo(stop_running(workdir))
+    write_pid(workdir)
+
+    async def main() -> None:
+        cluster = SimCluster(spec, workdir)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await cluster.start()
+        try:
+            typer.echo(
+                f"simulated cluster {spec.name!r} is up: {', '.join(n.name for n in cluster.nodes)}"
+            )
+            typer.echo(f"export KUBECONFIG={cluster.kubeconfig}")
+            typer.echo("stop with Ctrl-C or `kubegpu sim down`")
+            await stop.wait()
+        finally:
+            await cluster.stop()
+            (workdir / "sim.pid").unlink(missing_ok=True)
+
+    try:
+        asyncio.run(main())
+    except ControlPlaneError as exc:
+        (workdir / "sim.pid").unlink(missing_ok=True)
+        fail(str(exc))
+
+
+@app.command("down")
+def down(workdir: Path = typer.Option(DEFAULT_WORKDIR, "--workdir")) -> None:
+    """Stop a running `kubegpu sim up` and clean up what a killed run left behind."""
+    from kubegpu.sim.cluster import stop_running
+
+    typer.echo(stop_running(workdir))
+
+
+@app.command("node")
+def node(
+    name: str = typer.Option(..., "--name"),
+    kubeconfig: Path = typer.Option(..., "--kubeconfig", envvar="KUBECONFIG"),
+    root: Path = typer.Option(..., "--root", help="The node's root directory."),
+    gpus: str | None = typer.Option(None, "--gpus", help="GPU spec, e.g. h200-nvl:8."),
+    label: list[str] = typer.Option([], "--label", "-l", help="Extra node label key=value."),
+) -> None:
+    """Run one simulated node (the kubelet stand-in) against an existing cluster."""
+    from kubegpu.sim.node import SimNode, SimNodeConfig
+
+    labels = dict(item.split("=", 1) for item in label if "=" in item)
+
+    async def main() -> None:
+        sim = SimNode(SimNodeConfig(name=name, root=root, gpus=gpus, labels=labels), kubeconfig)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await sim.start()
+        typer.echo(f"node {name} is up (root {root})")
+        try:
+            await stop.wait()
+        finally:
+            await sim.stop()
+
+    asyncio.run(main())

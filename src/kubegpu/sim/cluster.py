@@ -1,0 +1,197 @@
+"""A simulated cluster from a short YAML file: the real control plane plus SimNodes.
+
+name: demo
+nodes:
+  - name: gpu-h200
+    gpus: h200-nvl:8
+  - name: gpu-rtx
+    gpus: rtx-pro-6000-ws:2
+    labels: {team: graphics}
+  - name: cpu-1          # no gpus: a plain node
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kubegpu.nvml import SpecError, parse_spec
+from kubegpu.sim.controlplane import ControlPlane, ControlPlaneError
+from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.pods import ENV_NODE_ROOT
+
+PID_FILE = "sim.pid"
+
+
+class ClusterFileError(ValueError):
+    """A cluster file that cannot be used; the message names the field and value."""
+
+
+class NodeEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    gpus: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    cpu: str = "32"
+    memory: str = "256Gi"
+
+    @field_validator("gpus")
+    @classmethod
+    def _spec(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_spec(value)
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+
+class ClusterSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "kubegpu-sim"
+    nodes: list[NodeEntry] = Field(min_length=1)
+
+    @field_validator("nodes")
+    @classmethod
+    def _unique(cls, value: list[NodeEntry]) -> list[NodeEntry]:
+        seen: set[str] = set()
+        for n in value:
+            if n.name in seen:
+                raise ValueError(f"node name {n.name!r} appears twice")
+            seen.add(n.name)
+        return value
+
+
+def load_cluster(path: Path) -> ClusterSpec:
+    try:
+        data: Any = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ClusterFileError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ClusterFileError(f"{path}: malformed YAML: {exc}") from None
+    try:
+        return ClusterSpec.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        value = first.get("input")
+        shown = f", value {value!r}" if not isinstance(value, dict | list) else ""
+        raise ClusterFileError(
+            f"{path}: field {loc}{shown}: {first['msg'].removeprefix('Value error, ')}"
+        ) from None
+
+
+class SimCluster:
+    """Control plane plus nodes, all in this process (nodes as asyncio tasks)."""
+
+    def __init__(self, spec: ClusterSpec, workdir: Path) -> None:
+        self.spec = spec
+        self.workdir = workdir
+        self.control_plane = ControlPlane(workdir / "control-plane")
+        self.nodes: list[SimNode] = []
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.control_plane.kubeconfig_path
+
+    async def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self.control_plane.start)
+        try:
+            for entry in self.spec.nodes:
+                node = SimNode(
+                    SimNodeConfig(
+                        name=entry.name,
+                        root=self.workdir / "nodes" / entry.name,
+                        gpus=entry.gpus,
+                        labels=entry.labels,
+                        cpu=entry.cpu,
+                        memory=entry.memory,
+                    ),
+                    self.kubeconfig,
+                )
+                await node.start()
+                self.nodes.append(node)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        for node in reversed(self.nodes):
+            with contextlib.suppress(Exception):
+                await node.stop()
+        self.nodes.clear()
+        await asyncio.to_thread(self.control_plane.stop)
+
+    def node(self, name: str) -> SimNode:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+
+def write_pid(workdir: Path) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / PID_FILE).write_text(str(os.getpid()))
+
+
+def stop_running(workdir: Path, timeout_s: float = 30.0) -> str:
+    """Stop a `kubegpu sim up` running from `workdir` and clean what a killed run left."""
+    pid_file = workdir / PID_FILE
+    message = "no simulated cluster was running"
+    if pid_file.exists():
+        pid = int(pid_file.read_text().strip() or 0)
+        try:
+            os.kill(pid, signal.SIGTERM)
+            message = f"stopped simulated cluster (pid {pid})"
+        except ProcessLookupError:
+            message = f"simulated cluster pid {pid} was gone; cleaned up its leftovers"
+        else:
+            import time
+
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.2)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        pid_file.unlink(missing_ok=True)
+    try:
+        ControlPlane.cleanup_stale(workdir / "control-plane")
+    except ControlPlaneError as exc:
+        message += f"; control plane left running: {exc}"
+    killed = kill_pod_processes(workdir)
+    if killed:
+        message += f"; killed {killed} leftover pod process(es)"
+    return message
+
+
+def kill_pod_processes(under: Path) -> int:
+    """Kill pod processes of simulated nodes whose root is below `under` (found by the
+    KUBEGPU_SIM_NODE_ROOT variable every simulated pod carries)."""
+    marker = f"{ENV_NODE_ROOT}={under.resolve()}".encode()
+    killed = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(item.startswith(marker) for item in env):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed += 1
+    return killed

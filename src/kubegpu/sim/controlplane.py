@@ -1,0 +1,954 @@
+"""The real Kubernetes control plane, run as local processes for tests and the simulator.
+
+:class:`ControlPlane` starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler
+(built by ``scripts/build-kubernetes``) on free loopback ports, with certificates made on the
+spot, and writes an admin kubeconfig that kubectl and lightkube accept::
+
+    with ControlPlane(Path("/tmp/cp")) as cp:
+        client = lightkube.Client(lightkube.KubeConfig.from_file(cp.kubeconfig_path))
+
+Layout of the work directory:
+
+``pki/``
+    CA, serving and client certificates, the service-account signing key pair.
+``logs/<component>.log``
+    each process's stdout and stderr.
+``etcd/``
+    etcd's data (wiped at start unless ``keep_data``).
+``admin.kubeconfig``, ``kube-controller-manager.kubeconfig``, ``kube-scheduler.kubeconfig``
+    kubeconfigs with the credentials embedded.
+``pids``
+    one line per running process, ``<name> <pid> <start-ticks>``; a later start (or
+    :meth:`ControlPlane.cleanup_stale`) kills what a killed run left behind.
+``lock``
+    held (flock) while a control plane runs there, so a live one is never taken for stale.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+
+import yaml
+
+from kubegpu.sim.certs import (
+    CertificateAuthority,
+    IssuedCert,
+    generate_signing_key,
+    write_private,
+    write_public,
+)
+
+__all__ = [
+    "BUILD_HINT",
+    "COMPONENTS",
+    "ControlPlane",
+    "ControlPlaneError",
+    "PidRecord",
+    "find_bin_dir",
+    "read_pid_file",
+    "write_pid_file",
+]
+
+ETCD: Final = "etcd"
+APISERVER: Final = "kube-apiserver"
+CONTROLLER_MANAGER: Final = "kube-controller-manager"
+SCHEDULER: Final = "kube-scheduler"
+#: The processes of a control plane, in start order (they stop in reverse).
+COMPONENTS: Final = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER)
+
+#: What to tell a user whose binaries are missing.
+BUILD_HINT: Final = "build them with scripts/build-kubernetes (or `make kubernetes`)"
+BIN_DIR_ENV: Final = "KUBEGPU_K8S_BIN"
+
+SERVICE_CIDR: Final = "10.96.0.0/12"
+SERVICE_IP: Final = "10.96.0.1"  # the `kubernetes` Service: first address of SERVICE_CIDR
+CLUSTER_NAME: Final = "kubegpu"
+LOOPBACK: Final = "127.0.0.1"
+
+_ETCD_QUOTA_BYTES: Final = 512 * 1024 * 1024
+_PORT_ATTEMPTS: Final = 5  # launches of one component when its port was taken meanwhile
+_POLL_S: Final = 0.1
+_PROBE_TIMEOUT_S: Final = 2.0
+_LOG_TAIL_LINES: Final = 25
+_BIND_RACE = re.compile(r"address already in use", re.IGNORECASE)
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> list[str]:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            data = f.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
+
+
+class ControlPlaneError(RuntimeError):
+    """A control plane component could not be found, started or made ready.
+
+    The message names the component, says why, and for a process that ran gives its log
+    file and the last lines of that log.
+    """
+
+    def __init__(self, component: str, reason: str, log_path: Path | None = None) -> None:
+        self.component = component
+        self.reason = reason
+        self.log_path = log_path
+        message = f"{component}: {reason}"
+        if log_path is not None:
+            message += f"\n  log: {log_path}"
+            tail = _tail(log_path)
+            if tail:
+                message += f"\n  last {len(tail)} lines of the log:\n" + "\n".join(
+                    f"    {line}" for line in tail
+                )
+        super().__init__(message)
+
+
+# --- binaries ----------------------------------------------------------------------------
+
+
+def _repo_root() -> Path | None:
+    """The source checkout this package runs from (editable install), if any."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "scripts" / "build-kubernetes").is_file():
+            return parent
+    return None
+
+
+def find_bin_dir(bin_dir: Path | None = None) -> Path:
+    """Find the directory holding the control plane binaries.
+
+    In order: ``bin_dir``; ``$KUBEGPU_K8S_BIN``; what ``scripts/build-kubernetes
+    --print-bin-dir`` prints in the checkout this package runs from; the directory of
+    ``kube-apiserver`` on ``PATH``. It does not check that the binaries are there: see
+    :func:`check_binaries`.
+    """
+    if bin_dir is not None:
+        return Path(bin_dir)
+    env = os.environ.get(BIN_DIR_ENV)
+    if env:
+        return Path(env)
+    root = _repo_root()
+    if root is not None:
+        script = root / "scripts" / "build-kubernetes"
+        try:
+            out = subprocess.run(
+                [str(script), "--print-bin-dir"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ControlPlaneError(
+                "control plane", f"`{script} --print-bin-dir` failed: {exc}"
+            ) from exc
+        printed = out.stdout.strip()
+        if printed:
+            return Path(printed)
+    found = shutil.which(APISERVER)
+    if found:
+        return Path(found).resolve().parent
+    raise ControlPlaneError(
+        APISERVER,
+        f"cannot find the Kubernetes binaries (no ${BIN_DIR_ENV}, no source checkout with "
+        f"scripts/build-kubernetes, nothing on PATH); {BUILD_HINT}",
+    )
+
+
+def check_binaries(bin_dir: Path) -> dict[str, Path]:
+    """Return each component's binary in ``bin_dir``; raise naming the first one missing."""
+    binaries: dict[str, Path] = {}
+    for name in COMPONENTS:
+        path = bin_dir / name
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ControlPlaneError(
+                name, f"binary not found or not executable: {path}; {BUILD_HINT}"
+            )
+        binaries[name] = path
+    return binaries
+
+
+# --- pid records -------------------------------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) of a process, None if it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ... starttime(22nd field)"; comm may hold spaces and parens.
+    fields = raw[raw.rfind(")") + 2 :].split()
+    return fields[0], int(fields[19])
+
+
+def _have_proc() -> bool:
+    return Path("/proc/self/stat").exists()
+
+
+@dataclass(frozen=True)
+class PidRecord:
+    """One process recorded in a work directory's ``pids`` file.
+
+    ``start_ticks`` (the process's start time from ``/proc``) tells the recorded process from
+    an unrelated one that got the same pid later; without it the pid alone is trusted.
+    """
+
+    name: str
+    pid: int
+    start_ticks: int | None
+
+    @classmethod
+    def of(cls, name: str, pid: int) -> PidRecord:
+        """Record a running process, with its start time."""
+        stat = _proc_stat(pid)
+        return cls(name, pid, stat[1] if stat else None)
+
+    def line(self) -> str:
+        """The record as a line of the pids file."""
+        ticks = "-" if self.start_ticks is None else str(self.start_ticks)
+        return f"{self.name} {self.pid} {ticks}"
+
+    @classmethod
+    def parse(cls, line: str) -> PidRecord | None:
+        """Read a line of the pids file; None for a blank or malformed line."""
+        parts = line.split()
+        if len(parts) != 3 or not parts[1].isdigit():
+            return None
+        ticks = None if parts[2] == "-" else int(parts[2]) if parts[2].isdigit() else None
+        return cls(parts[0], int(parts[1]), ticks)
+
+    def alive(self) -> bool:
+        """Whether the recorded process still runs (a zombie counts as gone)."""
+        if self.pid <= 1:
+            return False
+        if not _have_proc():
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                return True
+            return True
+        stat = _proc_stat(self.pid)
+        if stat is None or stat[0] in ("Z", "X"):
+            return False
+        return self.start_ticks is None or stat[1] == self.start_ticks
+
+
+def read_pid_file(path: Path) -> list[PidRecord]:
+    """The records of a pids file (empty if there is none)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return [r for r in map(PidRecord.parse, text.splitlines()) if r is not None]
+
+
+def write_pid_file(path: Path, records: Iterable[PidRecord]) -> None:
+    """Replace a pids file atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(r.line() + "\n" for r in records))
+    tmp.replace(path)
+
+
+def _signal(record: PidRecord, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(record.pid, sig)
+
+
+def _terminate_records(records: Sequence[PidRecord], timeout: float) -> None:
+    """SIGTERM the live ones, wait up to ``timeout``, SIGKILL what is left, wait again."""
+    live = [r for r in records if r.alive()]
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        for r in live:
+            _signal(r, sig)
+        deadline = time.monotonic() + wait
+        while live and time.monotonic() < deadline:
+            time.sleep(0.05)
+            live = [r for r in live if r.alive()]
+        if not live:
+            return
+
+
+def _terminate_in_reverse(records: Sequence[PidRecord], timeout: float) -> None:
+    """Terminate recorded processes last-started first (the API server before etcd)."""
+    for record in reversed(records):
+        _terminate_records([record], timeout)
+
+
+# --- HTTP probes -------------------------------------------------------------------------
+
+
+def _get(url: str, context: ssl.SSLContext | None) -> tuple[int, bytes] | str:
+    """GET a URL: (status, body), or the reason it could not be fetched."""
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+    if context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    opener = urllib.request.build_opener(*handlers)
+    try:
+        with opener.open(url, timeout=_PROBE_TIMEOUT_S) as resp:
+            return int(resp.status), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"{url}: {reason}"
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# --- the control plane -------------------------------------------------------------------
+
+
+@dataclass
+class _Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    log_offset: int  # where this launch's output starts in the log
+
+    def record(self) -> PidRecord:
+        return PidRecord.of(self.name, self.popen.pid)
+
+
+@dataclass
+class _Stage:
+    """A component to launch: its port names, its command line, its readiness probe."""
+
+    name: str
+    ports: tuple[str, ...]
+    args: Callable[[], list[str]]
+    probe: Callable[[], str | None]  # None when ready, else what it still waits for
+    attempts: int = 0
+    waiting_for: str = "starting"
+
+
+class ControlPlane:
+    """etcd, kube-apiserver, kube-controller-manager and kube-scheduler on loopback.
+
+    Args:
+        workdir: where certificates, kubeconfigs, logs, etcd data and the pids file go.
+        bin_dir: the binaries' directory (default: see :func:`find_bin_dir`).
+        fsync: let etcd fsync (off by default: the cluster is disposable, and tests faster).
+        keep_data: keep etcd's data from an earlier run in ``workdir`` instead of wiping it.
+        feature_gates: Kubernetes feature gates for all three Kubernetes components.
+        verbosity: klog ``--v`` of the Kubernetes components.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        bin_dir: Path | None = None,
+        *,
+        fsync: bool = False,
+        keep_data: bool = False,
+        feature_gates: Mapping[str, bool] | None = None,
+        verbosity: int = 2,
+    ) -> None:
+        self.workdir = Path(workdir).absolute()
+        self._bin_dir_arg = bin_dir
+        self._fsync = fsync
+        self._keep_data = keep_data
+        self._feature_gates = dict(feature_gates or {})
+        self._verbosity = verbosity
+        self._binaries: dict[str, Path] = {}
+        self._procs: dict[str, _Proc] = {}
+        self._ports: dict[str, int] = {}
+        self._used_ports: set[int] = set()
+        self._lock_fd: int | None = None
+        self._ca: CertificateAuthority | None = None
+        self._admin_ctx: ssl.SSLContext | None = None
+        self._stages: dict[str, _Stage] = {}
+        self._started = False
+
+    # -- paths and facts ---------------------------------------------------------------
+
+    @property
+    def pki_dir(self) -> Path:
+        """Certificates and keys."""
+        return self.workdir / "pki"
+
+    @property
+    def logs_dir(self) -> Path:
+        """One log file per component."""
+        return self.workdir / "logs"
+
+    @property
+    def pid_file(self) -> Path:
+        """The running processes, for a later run to clean up after a killed one."""
+        return self.workdir / "pids"
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        """The admin kubeconfig (user ``kubernetes-admin``, group ``system:masters``)."""
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def ca_path(self) -> Path:
+        """The cluster CA certificate (it signs every serving and client certificate)."""
+        return self.pki_dir / "ca.crt"
+
+    def log_path(self, component: str) -> Path:
+        """The log file of one component (see :data:`COMPONENTS`)."""
+        return self.logs_dir / f"{component}.log"
+
+    @property
+    def server(self) -> str:
+        """The API server's URL."""
+        if APISERVER not in self._ports:
+            raise ControlPlaneError("control plane", "not started")
+        return f"https://{LOOPBACK}:{self._ports[APISERVER]}"
+
+    @property
+    def etcd_url(self) -> str:
+        """etcd's client URL (plain HTTP on loopback)."""
+        if ETCD not in self._ports:
+            raise ControlPlaneError("control plane", "not started")
+        return f"http://{LOOPBACK}:{self._ports[ETCD]}"
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """Every port in use, by name (``etcd``, ``etcd-peer``, and one per component)."""
+        return dict(self._ports)
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """The pid of each running component."""
+        return {name: p.popen.pid for name, p in self._procs.items()}
+
+    @property
+    def running(self) -> bool:
+        """Whether the control plane was started and every process still runs."""
+        return (
+            self._started
+            and len(self._procs) == len(COMPONENTS)
+            and all(p.popen.poll() is None for p in self._procs.values())
+        )
+
+    def health(self) -> dict[str, str | None]:
+        """Check every component now: None when it is healthy, else what is wrong.
+
+        The same checks as :meth:`start` waits on (etcd ``/health``, API server ``/readyz``,
+        controller-manager and scheduler ``/healthz`` and leader leases).
+        """
+        out: dict[str, str | None] = {}
+        for name in COMPONENTS:
+            proc, stage = self._procs.get(name), self._stages.get(name)
+            if proc is None or stage is None:
+                out[name] = "not running"
+            elif (code := proc.popen.poll()) is not None:
+                out[name] = f"exited with status {code}"
+            else:
+                out[name] = stage.probe()
+        return out
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 120.0) -> None:
+        """Start everything and wait until the cluster is usable.
+
+        Usable means: the API server's ``/readyz`` passes; the controller-manager and the
+        scheduler answer ``/healthz`` on their secure ports and hold their leader leases;
+        the ``default`` ServiceAccount exists (the controllers are working). Processes a
+        killed earlier run left in ``workdir`` are killed first.
+
+        Raises:
+            ControlPlaneError: a binary is missing, a process exited, or something was not
+                ready within ``timeout`` seconds. Nothing is left running.
+        """
+        if self._procs or self._started:
+            raise ControlPlaneError("control plane", f"already started in {self.workdir}")
+        deadline = time.monotonic() + timeout
+        self._binaries = check_binaries(find_bin_dir(self._bin_dir_arg))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(exist_ok=True)
+        self._acquire_lock()
+        try:
+            _terminate_in_reverse(read_pid_file(self.pid_file), timeout=10.0)
+            self.pid_file.unlink(missing_ok=True)
+            for name in COMPONENTS:
+                self.log_path(name).write_bytes(b"")
+            if not self._keep_data:
+                shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
+            self._write_pki()
+            self._run_stages([self._etcd_stage()], deadline, timeout)
+            self._run_stages([self._apiserver_stage()], deadline, timeout)
+            self._write_kubeconfigs()
+            self._run_stages(
+                [self._controller_manager_stage(), self._scheduler_stage()], deadline, timeout
+            )
+        except BaseException:
+            self._shutdown(timeout=10.0)
+            raise
+        self._started = True
+        atexit.register(self.stop)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop every process (SIGTERM, then SIGKILL after ``timeout``) and reap it.
+
+        Safe to call more than once, and on a control plane that never started.
+        """
+        atexit.unregister(self.stop)
+        self._shutdown(timeout)
+
+    @staticmethod
+    def cleanup_stale(workdir: Path, timeout: float = 10.0) -> list[PidRecord]:
+        """Kill the processes a killed run recorded in ``workdir/pids``; return those killed.
+
+        A recorded pid that now belongs to another process (different start time) is left
+        alone. Raises :class:`ControlPlaneError` if a live control plane holds ``workdir``.
+        """
+        workdir = Path(workdir)
+        if not workdir.is_dir():
+            return []
+        fd = _lock(workdir)
+        try:
+            pid_file = workdir / "pids"
+            live = [r for r in read_pid_file(pid_file) if r.alive()]
+            _terminate_in_reverse(live, timeout)
+            pid_file.unlink(missing_ok=True)
+            return live
+        finally:
+            os.close(fd)
+
+    # -- extra credentials -------------------------------------------------------------
+
+    def issue_kubeconfig(self, path: Path, user: str, groups: Sequence[str] = ()) -> Path:
+        """Write a kubeconfig for a client certificate of ``user`` in ``groups``.
+
+        For example a simulated kubelet: ``issue_kubeconfig(p, "system:node:gpu-1",
+        ["system:nodes"])``, which the Node authorizer and NodeRestriction then govern.
+        """
+        if self._ca is None or APISERVER not in self._ports:
+            raise ControlPlaneError("control plane", "not started")
+        cert = self._ca.issue(user, organizations=groups, client=True)
+        self._write_kubeconfig(path, user, cert)
+        return path
+
+    # -- internals: files --------------------------------------------------------------
+
+    def _acquire_lock(self) -> None:
+        self._lock_fd = _lock(self.workdir)
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _pki(self, name: str) -> str:
+        return str(self.pki_dir / name)
+
+    def _write_pki(self) -> None:
+        shutil.rmtree(self.pki_dir, ignore_errors=True)
+        ca = CertificateAuthority.create(f"{CLUSTER_NAME}-ca")
+        ca.write(self.pki_dir / "ca.crt", self.pki_dir / "ca.key")
+        ca.issue(
+            APISERVER,
+            server=True,
+            dns_names=[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
+            ip_addresses=[LOOPBACK, SERVICE_IP],
+        ).write(self.pki_dir / "apiserver.crt", self.pki_dir / "apiserver.key")
+        ca.issue(
+            "kube-apiserver-kubelet-client", organizations=["system:masters"], client=True
+        ).write(
+            self.pki_dir / "apiserver-kubelet-client.crt",
+            self.pki_dir / "apiserver-kubelet-client.key",
+        )
+        for name in (CONTROLLER_MANAGER, SCHEDULER):
+            ca.issue(name, server=True, dns_names=["localhost"], ip_addresses=[LOOPBACK]).write(
+                self.pki_dir / f"{name}-serving.crt", self.pki_dir / f"{name}-serving.key"
+            )
+        # The front-proxy (request-header) CA authenticates the API server to aggregated API
+        # servers, and the controller-manager and scheduler to check requests to them.
+        proxy_ca = CertificateAuthority.create(f"{CLUSTER_NAME}-front-proxy-ca")
+        write_public(self.pki_dir / "front-proxy-ca.crt", proxy_ca.cert_pem)
+        proxy_ca.issue("front-proxy-client", client=True).write(
+            self.pki_dir / "front-proxy-client.crt", self.pki_dir / "front-proxy-client.key"
+        )
+        admin = ca.issue("kubernetes-admin", organizations=["system:masters"], client=True)
+        admin.write(self.pki_dir / "admin.crt", self.pki_dir / "admin.key")
+        sa = generate_signing_key()
+        write_public(self.pki_dir / "sa.pub", sa.public_pem)
+        write_private(self.pki_dir / "sa.key", sa.private_pem)
+        ctx = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
+        ctx.load_cert_chain(self.pki_dir / "admin.crt", self.pki_dir / "admin.key")
+        self._ca = ca
+        self._admin_ctx = ctx
+
+    def _write_kubeconfig(self, path: Path, user: str, cert: IssuedCert) -> None:
+        assert self._ca is not None
+
+        def b64(data: bytes) -> str:
+            return base64.b64encode(data).decode()
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": CLUSTER_NAME,
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": b64(self._ca.cert_pem),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate-data": b64(cert.cert_pem),
+                        "client-key-data": b64(cert.key_pem),
+                    },
+                }
+            ],
+            "contexts": [
+                {
+                    "name": f"{user}@{CLUSTER_NAME}",
+                    "context": {"cluster": CLUSTER_NAME, "user": user},
+                }
+            ],
+            "current-context": f"{user}@{CLUSTER_NAME}",
+            "preferences": {},
+        }
+        write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+
+    def _write_kubeconfigs(self) -> None:
+        assert self._ca is not None
+        admin = IssuedCert(
+            (self.pki_dir / "admin.crt").read_bytes(), (self.pki_dir / "admin.key").read_bytes()
+        )
+        self._write_kubeconfig(self.kubeconfig_path, "kubernetes-admin", admin)
+        for name in (CONTROLLER_MANAGER, SCHEDULER):
+            cert = self._ca.issue(f"system:{name}", client=True)
+            self._write_kubeconfig(self.workdir / f"{name}.kubeconfig", f"system:{name}", cert)
+
+    # -- internals: processes ----------------------------------------------------------
+
+    def _pick_ports(self, names: Iterable[str]) -> None:
+        for name in names:
+            self._ports[name] = self._free_port()
+
+    def _free_port(self) -> int:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((LOOPBACK, 0))
+                port = int(s.getsockname()[1])
+            if port not in self._used_ports:
+                self._used_ports.add(port)
+                return port
+        raise ControlPlaneError("control plane", "no free loopback port")
+
+    def _spawn(self, stage: _Stage) -> None:
+        self._stages[stage.name] = stage
+        if stage.name == ETCD and stage.attempts and not self._keep_data:
+            # a relaunch on other ports: drop anything the failed launch wrote
+            shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
+        self._pick_ports(stage.ports)
+        args = [str(self._binaries[stage.name]), *stage.args()]
+        log_path = self.log_path(stage.name)
+        with log_path.open("ab") as log:
+            log.write(f"=== kubegpu: starting (attempt {stage.attempts + 1}): ".encode())
+            log.write(" ".join(args).encode() + b"\n")
+            log.flush()
+            offset = log.tell()
+            popen = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                start_new_session=True,  # a Ctrl-C in the terminal reaches us, not them
+            )
+        stage.attempts += 1
+        self._procs[stage.name] = _Proc(stage.name, popen, log_path, offset)
+        write_pid_file(self.pid_file, (p.record() for p in self._procs.values()))
+
+    def _bind_race(self, proc: _Proc) -> bool:
+        try:
+            with proc.log_path.open("rb") as f:
+                f.seek(proc.log_offset)
+                text = f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return False
+        return bool(_BIND_RACE.search(text))
+
+    def _run_stages(self, stages: list[_Stage], deadline: float, timeout: float) -> None:
+        """Launch the stages' processes together and wait until every one is ready."""
+        for stage in stages:
+            self._spawn(stage)
+        pending = list(stages)
+        while pending:
+            for stage in list(pending):
+                proc = self._procs[stage.name]
+                code = proc.popen.poll()
+                if code is not None:
+                    if self._bind_race(proc) and stage.attempts < _PORT_ATTEMPTS:
+                        self._spawn(stage)  # someone took the port meanwhile: pick another
+                        continue
+                    raise ControlPlaneError(
+                        stage.name,
+                        f"exited with status {code} while starting ({stage.waiting_for})",
+                        proc.log_path,
+                    )
+                waiting = stage.probe()
+                if waiting is None:
+                    pending.remove(stage)
+                else:
+                    stage.waiting_for = waiting
+            if pending and time.monotonic() > deadline:
+                stage = pending[0]
+                raise ControlPlaneError(
+                    stage.name,
+                    f"not ready within {timeout:g}s of the start; still waiting for: "
+                    f"{stage.waiting_for}",
+                    self.log_path(stage.name),
+                )
+            if pending:
+                time.sleep(_POLL_S)
+
+    def _shutdown(self, timeout: float) -> None:
+        """Stop the processes in reverse start order; reap them; drop the pids file."""
+        try:
+            groups = ((SCHEDULER, CONTROLLER_MANAGER), (APISERVER,), (ETCD,))
+            for group in groups:
+                procs = [self._procs[n] for n in group if n in self._procs]
+                for p in procs:
+                    if p.popen.poll() is None:
+                        with contextlib.suppress(ProcessLookupError):
+                            p.popen.send_signal(signal.SIGTERM)
+                for p in procs:
+                    try:
+                        p.popen.wait(timeout)
+                    except subprocess.TimeoutExpired:
+                        with contextlib.suppress(ProcessLookupError):
+                            p.popen.kill()
+                        p.popen.wait()
+                    del self._procs[p.name]
+            self.pid_file.unlink(missing_ok=True)
+        finally:
+            self._started = False
+            self._release_lock()
+
+    # -- internals: components ---------------------------------------------------------
+
+    def _common_k8s_args(self) -> list[str]:
+        args = [f"--v={self._verbosity}"]
+        if self._feature_gates:
+            gates = ",".join(
+                f"{k}={str(v).lower()}" for k, v in sorted(self._feature_gates.items())
+            )
+            args.append(f"--feature-gates={gates}")
+        return args
+
+    def _etcd_stage(self) -> _Stage:
+        def args() -> list[str]:
+            client = f"http://{LOOPBACK}:{self._ports[ETCD]}"
+            peer = f"http://{LOOPBACK}:{self._ports['etcd-peer']}"
+            out = [
+                f"--name={CLUSTER_NAME}",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster={CLUSTER_NAME}={peer}",
+                f"--quota-backend-bytes={_ETCD_QUOTA_BYTES}",
+                "--log-level=warn",
+            ]
+            if not self._fsync:
+                out.append("--unsafe-no-fsync")
+            return out
+
+        def probe() -> str | None:
+            got = _get(f"{self.etcd_url}/health", None)
+            if isinstance(got, str):
+                return got
+            status, body = got
+            if status == 200 and _json(body).get("health") == "true":
+                return None
+            return f"/health answered {status}: {body[:200]!r}"
+
+        return _Stage(ETCD, (ETCD, "etcd-peer"), args, probe)
+
+    def _apiserver_stage(self) -> _Stage:
+        def args() -> list[str]:
+            return [
+                f"--etcd-servers={self.etcd_url}",
+                f"--bind-address={LOOPBACK}",
+                f"--advertise-address={LOOPBACK}",
+                f"--secure-port={self._ports[APISERVER]}",
+                f"--tls-cert-file={self._pki('apiserver.crt')}",
+                f"--tls-private-key-file={self._pki('apiserver.key')}",
+                f"--client-ca-file={self._pki('ca.crt')}",
+                f"--kubelet-client-certificate={self._pki('apiserver-kubelet-client.crt')}",
+                f"--kubelet-client-key={self._pki('apiserver-kubelet-client.key')}",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                "--allow-privileged=true",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={self._pki('sa.pub')}",
+                f"--service-account-signing-key-file={self._pki('sa.key')}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # Endpoints may not hold a loopback address, so the `kubernetes` Service gets
+                # none; in-cluster clients of the simulator are given the URL directly.
+                "--endpoint-reconciler-type=none",
+                f"--requestheader-client-ca-file={self._pki('front-proxy-ca.crt')}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={self._pki('front-proxy-client.crt')}",
+                f"--proxy-client-key-file={self._pki('front-proxy-client.key')}",
+                "--enable-aggregator-routing=true",
+                "--profiling=false",
+                *self._common_k8s_args(),
+            ]
+
+        def probe() -> str | None:
+            got = _get(f"{self.server}/readyz", self._admin_ctx)
+            if isinstance(got, str):
+                return got
+            status, body = got
+            if status == 200:
+                return None
+            failing = [
+                line.strip() for line in body.decode(errors="replace").splitlines() if "[-]" in line
+            ]
+            return f"/readyz answered {status}: {'; '.join(failing) or body[:200]!r}"
+
+        return _Stage(APISERVER, (APISERVER,), args, probe)
+
+    def _component_args(self, name: str) -> list[str]:
+        kubeconfig = str(self.workdir / f"{name}.kubeconfig")
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            f"--bind-address={LOOPBACK}",
+            f"--secure-port={self._ports[name]}",
+            f"--tls-cert-file={self._pki(f'{name}-serving.crt')}",
+            f"--tls-private-key-file={self._pki(f'{name}-serving.key')}",
+            "--leader-elect=true",
+            "--profiling=false",
+            *self._common_k8s_args(),
+        ]
+
+    def _api_get(self, path: str) -> tuple[int, dict[str, Any]] | str:
+        got = _get(f"{self.server}{path}", self._admin_ctx)
+        if isinstance(got, str):
+            return got
+        return got[0], _json(got[1])
+
+    def _healthz(self, name: str) -> str | None:
+        got = _get(f"https://{LOOPBACK}:{self._ports[name]}/healthz", self._admin_ctx)
+        if isinstance(got, str):
+            return got
+        status, body = got
+        return None if status == 200 else f"/healthz answered {status}: {body[:200]!r}"
+
+    def _lease_held(self, name: str) -> str | None:
+        got = self._api_get(f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}")
+        if isinstance(got, str):
+            return got
+        status, lease = got
+        if status == 200 and lease.get("spec", {}).get("holderIdentity"):
+            return None
+        return f"its leader lease kube-system/{name} (lookup answered {status})"
+
+    def _controller_manager_stage(self) -> _Stage:
+        def args() -> list[str]:
+            return [
+                *self._component_args(CONTROLLER_MANAGER),
+                "--controllers=*",
+                f"--cluster-name={CLUSTER_NAME}",
+                f"--service-account-private-key-file={self._pki('sa.key')}",
+                f"--root-ca-file={self._pki('ca.crt')}",
+                f"--cluster-signing-cert-file={self._pki('ca.crt')}",
+                f"--cluster-signing-key-file={self._pki('ca.key')}",
+                "--use-service-account-credentials=true",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+            ]
+
+        def probe() -> str | None:
+            waiting = self._healthz(CONTROLLER_MANAGER) or self._lease_held(CONTROLLER_MANAGER)
+            if waiting:
+                return waiting
+            got = self._api_get("/api/v1/namespaces/default/serviceaccounts/default")
+            if isinstance(got, str):
+                return got
+            if got[0] != 200:
+                return f"the default ServiceAccount (lookup answered {got[0]})"
+            return None
+
+        return _Stage(CONTROLLER_MANAGER, (CONTROLLER_MANAGER,), args, probe)
+
+    def _scheduler_stage(self) -> _Stage:
+        def probe() -> str | None:
+            return self._healthz(SCHEDULER) or self._lease_held(SCHEDULER)
+
+        return _Stage(SCHEDULER, (SCHEDULER,), lambda: self._component_args(SCHEDULER), probe)
+
+
+def _lock(workdir: Path) -> int:
+    """Take the work directory's lock; raise if a live control plane holds it."""
+    fd = os.open(workdir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ControlPlaneError(
+            "control plane", f"{workdir} is in use by another running control plane"
+        ) from None
+    return fd

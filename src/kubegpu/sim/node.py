@@ -1,0 +1,359 @@
+"""SimNode: the kubelet stand-in for one simulated GPU node.
+
+It registers its Node (capacity, Ready condition, NFD-style GPU labels), renews its Lease,
+serves the kubelet's device-plugin Registration and pod-resources APIs under its own root
+directory, runs the pods bound to it and owns the node's simulated GPUs. It runs
+in-process (`await node.start()`) or as `kubegpu sim node`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import platform
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lightkube import AsyncClient, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Node, NodeStatus, Pod
+from lightkube.types import PatchType, on_error_retry
+
+from kubegpu.nvml import SimNvml
+from kubegpu.sim.devices import DeviceManager
+from kubegpu.sim.podresources import PodRef, PodResourcesServer
+from kubegpu.sim.pods import NodeContext, PodRunner, now
+
+log = logging.getLogger(__name__)
+
+KUBELET_VERSION = "v1.35.8"
+LEASE_NAMESPACE = "kube-node-lease"
+NVIDIA_PCI_VENDOR = "10de"
+
+
+def gpu_node_labels(has_gpus: bool) -> dict[str, str]:
+    """The labels Node Feature Discovery puts on a node with NVIDIA GPUs."""
+    labels = {
+        "feature.node.kubernetes.io/kernel-version.full": platform.release(),
+        "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID": "24.04",
+        "feature.node.kubernetes.io/cpu-model.vendor_id": "Intel",
+    }
+    if has_gpus:
+        labels |= {
+            f"feature.node.kubernetes.io/pci-{NVIDIA_PCI_VENDOR}.present": "true",
+            f"feature.node.kubernetes.io/pci-0302_{NVIDIA_PCI_VENDOR}.present": "true",
+            "feature.node.kubernetes.io/pci-0300_1a03.present": "true",
+        }
+    return labels
+
+
+@dataclass
+class SimNodeConfig:
+    name: str
+    root: Path
+    gpus: str | None = None  # sim node spec, e.g. "h200-nvl:8"; None: a CPU-only node
+    labels: dict[str, str] = field(default_factory=dict)
+    cpu: str = "32"
+    memory: str = "256Gi"
+    pods: str = "110"
+    lease_interval_s: float = 10.0
+    status_interval_s: float = 60.0
+    kubegpu_images: tuple[str, ...] = ("kubegpu",)
+
+
+class SimNode:
+    def __init__(self, config: SimNodeConfig, kubeconfig: Path) -> None:
+        self.config = config
+        self.name = config.name
+        self.root = config.root
+        self.kubeconfig = kubeconfig
+        self.boot_id = str(uuid.uuid4())
+        self.nvml: SimNvml | None = None
+        self.client: AsyncClient | None = None
+        self.devices = DeviceManager(
+            self.root / "var/lib/kubelet/device-plugins", self._capacity_changed
+        )
+        self.pod_resources = PodResourcesServer(
+            self.root / "var/lib/kubelet/pod-resources/kubelet.sock", self.devices, self._pod_refs
+        )
+        self.runners: dict[str, PodRunner] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._status_lock = asyncio.Lock()
+        self._last_resources: dict[str, tuple[int, int]] = {}
+        self._ctx: NodeContext | None = None
+
+    @property
+    def gpu_state(self) -> Path:
+        return self.root / "var/lib/kubegpu-sim/gpus.json"
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.config.gpus:
+            self.nvml = SimNvml.create(self.gpu_state, self.config.gpus)
+        config = KubeConfig.from_file(self.kubeconfig)
+        self.client = AsyncClient(config, field_manager="kubegpu-sim-kubelet")
+        context = config.get()
+        if context is None:
+            raise ValueError(f"{self.kubeconfig}: no current context")
+        cluster = context.cluster
+        server = str(cluster.server)
+        host, _, port = server.removeprefix("https://").partition(":")
+        extra_env = {"KUBEGPU_NVML": f"sim:{self.gpu_state}"} if self.nvml else {}
+        self._ctx = NodeContext(
+            name=self.name,
+            root=self.root,
+            client=self.client,
+            devices=self.devices,
+            api_host=host,
+            api_port=int(port or 443),
+            ca_file=Path(str(cluster.certificate_auth)) if cluster.certificate_auth else Path(),
+            extra_env=extra_env,
+            kubegpu_images=self.config.kubegpu_images,
+        )
+        await self.devices.start()
+        await self.pod_resources.start()
+        await self._register()
+        self._tasks = [
+            asyncio.create_task(self._lease_loop(), name=f"{self.name}:lease"),
+            asyncio.create_task(self._status_loop(), name=f"{self.name}:status"),
+            asyncio.create_task(self._watch_pods(), name=f"{self.name}:pods"),
+        ]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        await asyncio.gather(*(r.stop(0) for r in self.runners.values()))
+        self.runners.clear()
+        await self.pod_resources.stop()
+        await self.devices.stop()
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
+
+    async def __aenter__(self) -> SimNode:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def pids(self) -> list[int]:
+        return [pid for r in self.runners.values() for pid in r.pids()]
+
+    # -- the Node object ---------------------------------------------------------------------
+    def _base_resources(self) -> dict[str, str]:
+        return {
+            "cpu": self.config.cpu,
+            "memory": self.config.memory,
+            "pods": self.config.pods,
+            "ephemeral-storage": "500Gi",
+        }
+
+    def _node_status(self) -> dict[str, Any]:
+        t = now()
+        capacity: dict[str, Any] = dict(self._base_resources())
+        allocatable: dict[str, Any] = dict(self._base_resources())
+        for resource, (cap, alloc) in self.devices.resources().items():
+            capacity[resource] = str(cap)
+            allocatable[resource] = str(alloc)
+        for gone in set(self._last_resources) - set(self.devices.resources()):
+            capacity[gone] = None
+            allocatable[gone] = None
+        return {
+            "capacity": capacity,
+            "allocatable": allocatable,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubegpu sim kubelet is posting ready status",
+                    "lastHeartbeatTime": t,
+                    "lastTransitionTime": t,
+                },
+                {
+                    "type": "MemoryPressure",
+                    "status": "False",
+                    "reason": "KubeletHasSufficientMemory",
+                    "lastHeartbeatTime": t,
+                    "lastTransitionTime": t,
+                },
+                {
+                    "type": "DiskPressure",
+                    "status": "False",
+                    "reason": "KubeletHasNoDiskPressure",
+                    "lastHeartbeatTime": t,
+                    "lastTransitionTime": t,
+                },
+                {
+                    "type": "PIDPressure",
+                    "status": "False",
+                    "reason": "KubeletHasSufficientPID",
+                    "lastHeartbeatTime": t,
+                    "lastTransitionTime": t,
+                },
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": self.name},
+            ],
+            "nodeInfo": {
+                "machineID": uuid.uuid5(uuid.NAMESPACE_DNS, self.name).hex,
+                "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_DNS, self.name)),
+                "bootID": self.boot_id,
+                "kernelVersion": platform.release(),
+                "osImage": "kubegpu simulated node",
+                "containerRuntimeVersion": "kubegpu-sim://0.1.0",
+                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": KUBELET_VERSION,
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        }
+
+    async def _register(self) -> None:
+        assert self.client is not None
+        labels = {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "node.kubernetes.io/instance-type": "kubegpu-sim",
+            **gpu_node_labels(bool(self.nvml)),
+            **self.config.labels,
+        }
+        try:
+            await self.client.create(Node(metadata=ObjectMeta(name=self.name, labels=labels)))
+        except ApiError as exc:
+            if exc.status.code != 409:
+                raise
+            await self.client.patch(
+                Node, self.name, {"metadata": {"labels": labels}}, patch_type=PatchType.MERGE
+            )
+        await self._push_status()
+
+    async def _push_status(self) -> None:
+        assert self.client is not None
+        async with self._status_lock:
+            status = self._node_status()
+            await self.client.patch(
+                NodeStatus, self.name, {"status": status}, patch_type=PatchType.MERGE
+            )
+            self._last_resources = self.devices.resources()
+
+    async def _capacity_changed(self) -> None:
+        if self.client is None:
+            return
+        try:
+            await self._push_status()
+        except Exception as exc:  # the next status sync retries; never kill the plugin stream
+            log.warning("node %s: status update failed: %s", self.name, exc)
+
+    async def _status_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.status_interval_s)
+            await self._capacity_changed()
+
+    async def _lease_loop(self) -> None:
+        assert self.client is not None
+        while True:
+            renew = datetime.now(UTC)
+            lease = Lease(
+                metadata=ObjectMeta(name=self.name, namespace=LEASE_NAMESPACE),
+                spec=LeaseSpec(holderIdentity=self.name, leaseDurationSeconds=40, renewTime=renew),
+            )
+            try:
+                await self.client.apply(lease, force=True)
+            except ApiError as exc:
+                log.warning("lease of %s: %s", self.name, exc)
+            await asyncio.sleep(self.config.lease_interval_s)
+
+    # -- pods -------------------------------------------------------------------------------
+    def _pod_refs(self) -> list[PodRef]:
+        return [
+            PodRef(r.uid, r.name, r.namespace, r.container_names) for r in self.runners.values()
+        ]
+
+    async def _watch_pods(self) -> None:
+        assert self.client is not None
+        async for op, pod in self.client.watch(
+            Pod, namespace="*", fields={"spec.nodeName": self.name}, on_error=on_error_retry
+        ):
+            data = pod.to_dict()
+            uid = data["metadata"]["uid"]
+            try:
+                if op == "DELETED":
+                    await self._forget(uid)
+                elif data["metadata"].get("deletionTimestamp"):
+                    await self._terminate(data)
+                elif uid not in self.runners and data.get("status", {}).get("phase") not in {
+                    "Succeeded",
+                    "Failed",
+                }:
+                    runner = PodRunner(self._context(), data, self._pod_exited)
+                    self.runners[uid] = runner
+                    await runner.start()
+            except Exception:  # one bad pod must not stop the node
+                log.exception(
+                    "handling pod %s/%s",
+                    data["metadata"].get("namespace"),
+                    data["metadata"]["name"],
+                )
+
+    def _context(self) -> NodeContext:
+        assert self._ctx is not None
+        return self._ctx
+
+    async def _terminate(self, data: dict[str, Any]) -> None:
+        assert self.client is not None
+        uid = data["metadata"]["uid"]
+        runner = self.runners.pop(uid, None)
+        grace = data["metadata"].get("deletionGracePeriodSeconds")
+        if runner is not None:
+            await runner.stop(float(grace) if grace is not None else None)
+            runner.cleanup()
+        self.devices.release(uid)
+        with contextlib.suppress(ApiError):
+            await self.client.delete(
+                Pod,
+                data["metadata"]["name"],
+                namespace=data["metadata"]["namespace"],
+                grace_period=0,
+            )
+
+    async def _forget(self, uid: str) -> None:
+        runner = self.runners.pop(uid, None)
+        if runner is not None:
+            await runner.stop(0)
+            runner.cleanup()
+        self.devices.release(uid)
+
+    async def _pod_exited(self, runner: PodRunner) -> None:
+        """A pod finished (Succeeded/Failed): its devices go back to the pool."""
+        self.devices.release(runner.uid)
+
+    # -- lab controls ---------------------------------------------------------------------------
+    async def reboot(self) -> None:
+        """Reboot: processes stop, pending MIG modes apply, kubelet restarts, pods start again."""
+        for runner in self.runners.values():
+            await runner.stop(0)
+        if self.nvml is not None:
+            self.nvml.reboot()
+        self.boot_id = str(uuid.uuid4())
+        await self.devices.restart()
+        await self._push_status()
+        for runner in list(self.runners.values()):
+            await runner.restart_all()

@@ -1,0 +1,649 @@
+"""Running the pods bound to a simulated node, by kubelet's rules.
+
+Pods whose image is kubegpu's own run their containers as local processes, each in a
+private mount namespace with the pod's volumes (hostPath from the node's root directory,
+ConfigMaps, Secrets, projected service-account tokens) at their mount paths and the pod's
+environment (downward API included). Other pods become Running without a process.
+Restart policy, backoff, container statuses and pod phase follow kubelet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.models.authentication_v1 import TokenRequestSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap, PodStatus, Secret, ServiceAccountToken
+from lightkube.types import PatchType
+
+from kubegpu.sim.devices import AdmissionError, ContainerAllocation, DeviceManager
+
+log = logging.getLogger(__name__)
+
+BACKOFF_START_S = 1.0
+BACKOFF_MAX_S = 30.0
+CONFIG_REFRESH_S = 2.0
+ENV_NODE_ROOT = "KUBEGPU_SIM_NODE_ROOT"  # marks every simulated pod process, for cleanup
+Json = dict[str, Any]
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class NodeContext:
+    """What a pod needs from its node."""
+
+    name: str
+    root: Path
+    client: AsyncClient
+    devices: DeviceManager
+    api_host: str
+    api_port: int
+    ca_file: Path
+    extra_env: dict[str, str]
+    kubegpu_images: tuple[str, ...] = ("kubegpu",)
+    python: str = sys.executable
+
+    def runs_process(self, image: str) -> bool:
+        repo = image.rsplit("@", 1)[0].rsplit(":", 1)[0] if "/" in image or ":" in image else image
+        return any(marker in repo.rsplit("/", 1)[-1] for marker in self.kubegpu_images)
+
+
+@dataclass
+class ContainerState:
+    name: str
+    spec: Json
+    init: bool
+    restart_count: int = 0
+    state: Json = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
+    last_state: Json = field(default_factory=dict)
+    process: asyncio.subprocess.Process | None = None
+    ready: bool = False
+
+    def status(self, image: str) -> Json:
+        return {
+            "name": self.name,
+            "image": image,
+            "imageID": image,
+            "containerID": f"kubegpu-sim://{self.name}-{self.restart_count}",
+            "ready": self.ready,
+            "started": "running" in self.state,
+            "restartCount": self.restart_count,
+            "state": self.state,
+            "lastState": self.last_state,
+        }
+
+
+def resource_wants(container: Json, is_device: Callable[[str], bool]) -> dict[str, int]:
+    """Extended resources a container asks for (limits win over requests, as in kubelet)."""
+    res = container.get("resources") or {}
+    merged = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+    return {k: int(str(v)) for k, v in merged.items() if is_device(k) and int(str(v)) > 0}
+
+
+class PodRunner:
+    """One pod on the node: admission, volumes, container processes, status."""
+
+    def __init__(
+        self, node: NodeContext, pod: Json, on_exit: Callable[[PodRunner], Awaitable[None]]
+    ) -> None:
+        self.node = node
+        self.pod = pod
+        meta = pod["metadata"]
+        self.uid: str = meta["uid"]
+        self.name: str = meta["name"]
+        self.namespace: str = meta.get("namespace", "default")
+        self.dir: Path = node.root / "var/lib/kubelet/pods" / self.uid
+        self.log_dir: Path = node.root / "var/log/pods" / f"{self.namespace}_{self.name}_{self.uid}"
+        spec = pod["spec"]
+        self.init = [ContainerState(c["name"], c, True) for c in spec.get("initContainers") or []]
+        self.containers = [
+            ContainerState(c["name"], c, False) for c in spec.get("containers") or []
+        ]
+        self.restart_policy: str = spec.get("restartPolicy", "Always")
+        self.phase = "Pending"
+        self.reason: str | None = None
+        self.message: str | None = None
+        self.allocations: dict[str, ContainerAllocation] = {}
+        self.start_time = now()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self._on_exit = on_exit
+        self._status_lock = asyncio.Lock()
+        self._volume_sources: dict[str, Path] = {}
+
+    @property
+    def container_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.containers)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        try:
+            await self._admit()
+        except AdmissionError as exc:
+            self.phase, self.reason, self.message = "Failed", "UnexpectedAdmissionError", str(exc)
+            await self._push_status()
+            return
+        try:
+            await self._prepare_volumes()
+        except (ApiError, OSError, ValueError) as exc:
+            for c in [*self.init, *self.containers]:
+                c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
+            await self._push_status()
+            self._tasks.append(asyncio.create_task(self._retry_volumes()))
+            return
+        self._tasks.append(
+            asyncio.create_task(self._run(), name=f"pod:{self.namespace}/{self.name}")
+        )
+
+    async def _retry_volumes(self) -> None:
+        delay = BACKOFF_START_S
+        while not self._stopping:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX_S)
+            try:
+                await self._prepare_volumes()
+            except (ApiError, OSError, ValueError):
+                continue
+            await self._run()
+            return
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop every container (SIGTERM, then SIGKILL after the grace period)."""
+        self._stopping = True
+        grace = (
+            grace_s
+            if grace_s is not None
+            else float(self.pod["spec"].get("terminationGracePeriodSeconds", 30))
+        )
+        await asyncio.gather(
+            *(self._kill(c, min(grace, 10.0)) for c in [*self.init, *self.containers])
+        )
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+
+    async def restart_all(self) -> None:
+        """After a node reboot: every container starts again, counting a restart."""
+        await self.stop(0)
+        self._stopping = False
+        for c in [*self.init, *self.containers]:
+            if "running" in c.state or "terminated" in c.state:
+                c.restart_count += 1
+                c.last_state = {
+                    "terminated": {"exitCode": 137, "reason": "Error", "finishedAt": now()}
+                }
+            c.state = {"waiting": {"reason": "ContainerCreating"}}
+            c.ready = False
+        if self.phase in {"Running", "Pending"}:
+            self.phase = "Pending"
+            self._tasks.append(asyncio.create_task(self._run()))
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- admission: devices from the device plugins ------------------------------------------
+    async def _admit(self) -> None:
+        for c in [*self.init, *self.containers]:
+            wants = resource_wants(c.spec, self.node.devices.is_device_resource)
+            unknown = {
+                k: v
+                for k, v in resource_wants(
+                    c.spec,
+                    lambda name: (
+                        "/" in name and not name.startswith(("kubernetes.io/", "hugepages-"))
+                    ),
+                ).items()
+                if not self.node.devices.is_device_resource(k)
+            }
+            if unknown:
+                name = next(iter(unknown))
+                raise AdmissionError(
+                    f"Allocate failed due to no healthy devices present; cannot allocate unhealthy devices {name}, which is unexpected"
+                )
+            if wants:
+                self.allocations[c.name] = await self.node.devices.allocate(self.uid, c.name, wants)
+
+    # -- volumes ----------------------------------------------------------------------------
+    async def _prepare_volumes(self) -> None:
+        for vol in self.pod["spec"].get("volumes") or []:
+            self._volume_sources[vol["name"]] = await self._volume(vol)
+
+    async def _volume(self, vol: Json) -> Path:
+        name = str(vol["name"])
+        if "hostPath" in vol:
+            hp = vol["hostPath"]
+            path = self.node.root / str(hp["path"]).lstrip("/")
+            kind = hp.get("type", "")
+            if kind in {"File", "FileOrCreate"}:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch(exist_ok=True)
+            elif kind != "Socket" and not path.exists():
+                path.mkdir(parents=True, exist_ok=True)
+            return path
+        target = self.dir / "volumes" / name
+        if "emptyDir" in vol:
+            target.mkdir(parents=True, exist_ok=True)
+            return target
+        files = await self._volume_files(vol)
+        _write_files(target, files)
+        return target
+
+    async def _volume_files(self, vol: Json) -> dict[str, bytes]:
+        if "configMap" in vol:
+            return await self._configmap_files(vol["configMap"])
+        if "secret" in vol:
+            return await self._secret_files(vol["secret"])
+        if "downwardAPI" in vol:
+            return {
+                i["path"]: self._field(i["fieldRef"]["fieldPath"]).encode()
+                for i in vol["downwardAPI"].get("items", [])
+            }
+        if "projected" in vol:
+            out: dict[str, bytes] = {}
+            for src in vol["projected"].get("sources") or []:
+                if "serviceAccountToken" in src:
+                    sat = src["serviceAccountToken"]
+                    out[sat["path"]] = (
+                        await self._token(sat.get("expirationSeconds", 3607))
+                    ).encode()
+                elif "configMap" in src:
+                    out.update(await self._configmap_files(src["configMap"]))
+                elif "secret" in src:
+                    out.update(await self._secret_files(src["secret"]))
+                elif "downwardAPI" in src:
+                    for i in src["downwardAPI"].get("items", []):
+                        out[i["path"]] = self._field(i["fieldRef"]["fieldPath"]).encode()
+            return out
+        raise ValueError(f"volume {vol['name']!r}: kind not supported by the simulated kubelet")
+
+    async def _configmap_files(self, ref: Json) -> dict[str, bytes]:
+        try:
+            cm = await self.node.client.get(ConfigMap, ref["name"], namespace=self.namespace)
+        except ApiError as exc:
+            if exc.status.code == 404 and ref.get("optional"):
+                return {}
+            raise
+        data = {k: v.encode() for k, v in (cm.data or {}).items()}
+        data.update({k: base64.b64decode(v) for k, v in (cm.binaryData or {}).items()})
+        return _select(data, ref.get("items"))
+
+    async def _secret_files(self, ref: Json) -> dict[str, bytes]:
+        name = str(ref.get("secretName") or ref.get("name"))
+        try:
+            secret = await self.node.client.get(Secret, name, namespace=self.namespace)
+        except ApiError as exc:
+            if exc.status.code == 404 and ref.get("optional"):
+                return {}
+            raise
+        data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+        return _select(data, ref.get("items"))
+
+    async def _token(self, seconds: int) -> str:
+        sa = str(self.pod["spec"].get("serviceAccountName") or "default")
+        request = ServiceAccountToken(
+            metadata=ObjectMeta(),
+            spec=TokenRequestSpec(audiences=[], expirationSeconds=max(600, seconds)),
+        )
+        result = await self.node.client.create(request, sa, namespace=self.namespace)
+        token = result.status.token if result.status else None
+        if not token:
+            raise ValueError(f"no token issued for service account {self.namespace}/{sa}")
+        return str(token)
+
+    async def _refresh_configmaps(self) -> None:
+        """Keep ConfigMap and Secret volumes current, as kubelet's sync loop does."""
+        while not self._stopping:
+            await asyncio.sleep(CONFIG_REFRESH_S)
+            for vol in self.pod["spec"].get("volumes") or []:
+                if not ({"configMap", "secret", "projected"} & set(vol)):
+                    continue
+                if "projected" in vol and not any(
+                    "configMap" in s or "secret" in s for s in vol["projected"].get("sources") or []
+                ):
+                    continue
+                with contextlib.suppress(ApiError, OSError, ValueError):
+                    if "projected" in vol:
+                        continue  # tokens and the root CA do not change in a simulation
+                    files = await self._volume_files(vol)
+                    _write_files(self.dir / "volumes" / vol["name"], files)
+
+    # -- environment ------------------------------------------------------------------------
+    def _field(self, path: str) -> str:
+        meta = self.pod["metadata"]
+        simple: dict[str, str] = {
+            "metadata.name": self.name,
+            "metadata.namespace": self.namespace,
+            "metadata.uid": self.uid,
+            "spec.nodeName": self.node.name,
+            "spec.serviceAccountName": str(self.pod["spec"].get("serviceAccountName", "default")),
+            "status.hostIP": "127.0.0.1",
+            "status.podIP": "127.0.0.1",
+            "status.hostIPs": "127.0.0.1",
+            "status.podIPs": "127.0.0.1",
+        }
+        if path in simple:
+            return simple[path]
+        for prefix, source in (
+            ("metadata.labels", meta.get("labels") or {}),
+            ("metadata.annotations", meta.get("annotations") or {}),
+        ):
+            if path.startswith(prefix + "["):
+                key = path[len(prefix) + 1 : -1].strip("'\"")
+                return str(source.get(key, ""))
+            if path == prefix:
+                return "\n".join(f'{k}="{v}"' for k, v in sorted(source.items()))
+        raise ValueError(f"field path {path!r} is not supported")
+
+    async def _env(self, c: ContainerState) -> dict[str, str]:
+        env: dict[str, str] = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": "/root",
+            "HOSTNAME": self.name,
+            "KUBERNETES_SERVICE_HOST": self.node.api_host,
+            "KUBERNETES_SERVICE_PORT": str(self.node.api_port),
+            ENV_NODE_ROOT: str(self.node.root.resolve()),
+            **self.node.extra_env,
+        }
+        for src in c.spec.get("envFrom") or []:
+            prefix = src.get("prefix", "")
+            if "configMapRef" in src:
+                files = await self._configmap_files(
+                    {
+                        "name": src["configMapRef"]["name"],
+                        "optional": src["configMapRef"].get("optional"),
+                    }
+                )
+            else:
+                files = await self._secret_files(
+                    {"name": src["secretRef"]["name"], "optional": src["secretRef"].get("optional")}
+                )
+            env.update({prefix + k: v.decode() for k, v in files.items()})
+        for item in c.spec.get("env") or []:
+            if "value" in item or "valueFrom" not in item:
+                env[item["name"]] = _expand(str(item.get("value", "")), env)
+                continue
+            vf = item["valueFrom"]
+            if "fieldRef" in vf:
+                env[item["name"]] = self._field(vf["fieldRef"]["fieldPath"])
+            elif "configMapKeyRef" in vf:
+                ref = vf["configMapKeyRef"]
+                files = await self._configmap_files(
+                    {"name": ref["name"], "optional": ref.get("optional")}
+                )
+                if ref["key"] in files:
+                    env[item["name"]] = files[ref["key"]].decode()
+            elif "secretKeyRef" in vf:
+                ref = vf["secretKeyRef"]
+                files = await self._secret_files(
+                    {"name": ref["name"], "optional": ref.get("optional")}
+                )
+                if ref["key"] in files:
+                    env[item["name"]] = files[ref["key"]].decode()
+            elif "resourceFieldRef" in vf:
+                env[item["name"]] = "0"
+        alloc = self.allocations.get(c.name)
+        if alloc is not None:
+            env.update(alloc.envs)
+        return env
+
+    def _mounts(self, c: ContainerState) -> list[tuple[str, str, bool]]:
+        mounts = []
+        for vm in c.spec.get("volumeMounts") or []:
+            src = self._volume_sources.get(vm["name"])
+            if src is None:
+                raise ValueError(f"container {c.name}: no volume {vm['name']!r}")
+            if vm.get("subPath"):
+                src = src / vm["subPath"]
+            mounts.append((str(src), vm["mountPath"], bool(vm.get("readOnly", False))))
+        alloc = self.allocations.get(c.name)
+        if alloc is not None:
+            for container_path, host_path, ro in alloc.mounts:
+                mounts.append((str(self.node.root / host_path.lstrip("/")), container_path, ro))
+        return mounts
+
+    def _command(self, c: ContainerState) -> list[str]:
+        command = [*(c.spec.get("command") or []), *(c.spec.get("args") or [])]
+        if not c.spec.get("command"):
+            command = ["kubegpu", *command]
+        if command[0] == "kubegpu" or command[0].endswith("/kubegpu"):
+            command = [self.node.python, "-m", "kubegpu", *command[1:]]
+        return command
+
+    # -- running ----------------------------------------------------------------------------
+    async def _run(self) -> None:
+        self._tasks.append(asyncio.create_task(self._refresh_configmaps()))
+        for c in self.init:
+            while not self._stopping:
+                code = await self._run_once(c)
+                if code == 0:
+                    break
+                if self.restart_policy == "Never":
+                    self.phase, self.reason = "Failed", "InitContainerFailed"
+                    await self._push_status()
+                    await self._on_exit(self)
+                    return
+                await self._backoff(c)
+        if self._stopping:
+            return
+        self.phase = "Running"
+        await asyncio.gather(*(self._keep_running(c) for c in self.containers))
+        if self._stopping:
+            return
+        codes = [c.state.get("terminated", {}).get("exitCode", 1) for c in self.containers]
+        self.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
+        await self._push_status()
+        await self._on_exit(self)
+
+    async def _keep_running(self, c: ContainerState) -> None:
+        while not self._stopping:
+            code = await self._run_once(c)
+            if self._stopping:
+                return
+            if self.restart_policy == "Never" or (self.restart_policy == "OnFailure" and code == 0):
+                return
+            await self._backoff(c)
+
+    async def _backoff(self, c: ContainerState) -> None:
+        delay = min(BACKOFF_START_S * 2 ** min(c.restart_count, 10), BACKOFF_MAX_S)
+        c.last_state = {"terminated": c.state.get("terminated", {})}
+        c.state = {
+            "waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": f"back-off {delay:.0f}s restarting failed container={c.name} pod={self.name}",
+            }
+        }
+        c.restart_count += 1
+        await self._push_status()
+        await asyncio.sleep(delay)
+
+    async def _run_once(self, c: ContainerState) -> int:
+        image = c.spec.get("image", "")
+        if not self.node.runs_process(image):
+            c.state = {"running": {"startedAt": now()}}
+            c.ready = not c.init
+            await self._push_status()
+            if c.init:
+                c.state = {
+                    "terminated": {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "startedAt": now(),
+                        "finishedAt": now(),
+                    }
+                }
+                return 0
+            await asyncio.Event().wait()  # runs until the pod stops
+            return 0
+        log_path = self.log_dir / c.name / f"{c.restart_count}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            env = await self._env(c)
+            mounts = self._mounts(c)
+            command = self._command(c)
+        except (ApiError, ValueError) as exc:
+            c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
+            await self._push_status()
+            return 1
+        argv = [self.node.python, "-m", "kubegpu.sim.podexec"]
+        for src, dst, ro in mounts:
+            argv += ["--mount", f"{src}:{dst}" + (":ro" if ro else "")]
+        argv += ["--", *command]
+        with log_path.open("ab") as out:
+            c.process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        started = now()
+        c.state = {"running": {"startedAt": started}}
+        c.ready = not c.init
+        await self._push_status()
+        code = await c.process.wait()
+        c.process = None
+        c.ready = False
+        reason = "Completed" if code == 0 else ("Error" if code > 0 else "Killed")
+        c.state = {
+            "terminated": {
+                "exitCode": code if code >= 0 else 128 - code,
+                "reason": reason,
+                "startedAt": started,
+                "finishedAt": now(),
+            }
+        }
+        if not self._stopping:
+            await self._push_status()
+        return code
+
+    async def _kill(self, c: ContainerState, grace: float) -> None:
+        proc = c.process
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=grace)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+
+    def pids(self) -> list[int]:
+        return [
+            c.process.pid
+            for c in [*self.init, *self.containers]
+            if c.process and c.process.returncode is None
+        ]
+
+    # -- status -----------------------------------------------------------------------------
+    def status(self) -> Json:
+        spec = self.pod["spec"]
+        images = {
+            c["name"]: c.get("image", "")
+            for c in [*(spec.get("initContainers") or []), *spec["containers"]]
+        }
+        ready = (
+            bool(self.containers)
+            and all(c.ready for c in self.containers)
+            and self.phase == "Running"
+        )
+        init_done = all(
+            "terminated" in c.state and c.state["terminated"].get("exitCode") == 0
+            for c in self.init
+        )
+        t = now()
+        status: Json = {
+            "phase": self.phase,
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "startTime": self.start_time,
+            "qosClass": "BestEffort",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": self.start_time},
+                {"type": "Initialized", "status": str(init_done), "lastTransitionTime": t},
+                {"type": "ContainersReady", "status": str(ready), "lastTransitionTime": t},
+                {"type": "Ready", "status": str(ready), "lastTransitionTime": t},
+            ],
+            "containerStatuses": [c.status(images[c.name]) for c in self.containers],
+            "initContainerStatuses": [c.status(images[c.name]) for c in self.init],
+            "reason": self.reason,
+            "message": self.message,
+        }
+        return status
+
+    async def _push_status(self) -> None:
+        async with self._status_lock:
+            try:
+                await self.node.client.patch(
+                    PodStatus,
+                    self.name,
+                    {"status": self.status()},
+                    namespace=self.namespace,
+                    patch_type=PatchType.MERGE,
+                )
+            except ApiError as exc:
+                if exc.status.code != 404:
+                    log.warning("status of pod %s/%s: %s", self.namespace, self.name, exc)
+
+
+def _select(data: dict[str, bytes], items: list[Json] | None) -> dict[str, bytes]:
+    if not items:
+        return data
+    return {i["path"]: data[i["key"]] for i in items if i["key"] in data}
+
+
+def _write_files(target: Path, files: dict[str, bytes]) -> None:
+    """Write a volume's files; each changed file is replaced atomically."""
+    target.mkdir(parents=True, exist_ok=True)
+    for rel, content in files.items():
+        path = target / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and path.read_bytes() == content:
+            continue
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(content)
+        os.replace(tmp, path)
+    for existing in target.rglob("*"):
+        if (
+            existing.is_file()
+            and str(existing.relative_to(target)) not in files
+            and not existing.name.startswith(".")
+        ):
+            existing.unlink()
+
+
+def _expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes $(VAR) expansion in env values, args and commands."""
+    out = value
+    for key, val in env.items():
+        out = out.replace(f"$({key})", val)
+    return out
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True)

@@ -1,0 +1,288 @@
+"""The simulated node on the real control plane: registration, devices, pods, reboot."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Namespace, Node, Pod
+
+from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
+from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
+from kubegpu.sim.node import SimNode, SimNodeConfig
+
+from .fake_plugin import FakePlugin
+from .helpers import eventually
+
+pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
+
+MakeNode = Callable[..., Any]
+
+
+@pytest.fixture
+async def make_node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[MakeNode]:
+    nodes: list[SimNode] = []
+    roots: list[str] = []
+
+    async def make(
+        name: str, gpus: str | None = None, labels: dict[str, str] | None = None
+    ) -> SimNode:
+        root = tempfile.mkdtemp(prefix="kg-", dir="/tmp")  # short: unix socket paths are limited
+        roots.append(root)
+        node = SimNode(
+            SimNodeConfig(
+                name=name, root=Path(root), gpus=gpus, labels=labels or {}, lease_interval_s=1.0
+            ),
+            control_plane.kubeconfig_path,
+        )
+        await node.start()
+        nodes.append(node)
+        return node
+
+    yield make
+    for node in nodes:
+        await node.stop()
+        with contextlib.suppress(ApiError):
+            await akube.delete(Node, node.name)
+    for root in roots:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+async def namespace(akube: AsyncClient, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    name = "t-" + request.node.name.lower().replace("_", "-")[:40].rstrip("-")
+    await akube.create(Namespace.from_dict({"metadata": {"name": name}}))  # type: ignore[attr-defined]
+    yield name
+    await akube.delete(Namespace, name)
+
+
+def _pod(
+    name: str, node_selector: dict[str, str], resources: dict[str, str] | None = None, **spec: Any
+) -> Any:
+    container: dict[str, Any] = {"name": "main", "image": "registry.example/workload:1"}
+    if resources:
+        container["resources"] = {"limits": resources}
+    return Pod.from_dict(  # type: ignore[attr-defined]
+        {
+            "metadata": {"name": name},
+            "spec": {"containers": [container], "nodeSelector": node_selector, **spec},
+        }
+    )
+
+
+async def test_a_node_registers_and_is_ready(make_node: MakeNode, akube: AsyncClient) -> None:
+    await make_node("sim-ready", gpus="h200-nvl:8")
+
+    async def ready() -> bool:
+        node = await akube.get(Node, "sim-ready")
+        conditions = {c.type: c.status for c in node.status.conditions}
+        return conditions.get("Ready") == "True"
+
+    await eventually(ready)
+    node = await akube.get(Node, "sim-ready")
+    assert node.metadata.labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
+    assert node.status.capacity["cpu"] == "32"
+    lease = await eventually(lambda: akube.get(Lease, "sim-ready", namespace="kube-node-lease"))
+    assert lease.spec.holderIdentity == "sim-ready"
+
+
+async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
+    make_node: MakeNode, akube: AsyncClient, namespace: str
+) -> None:
+    node = await make_node("sim-devices", labels={"pool": "devices"})
+    foo = FakePlugin(node.devices.plugin_dir, "example.com/foo", ["foo-0", "foo-1", "foo-2"])
+    bar = FakePlugin(node.devices.plugin_dir, "example.com/bar", ["bar-0"])
+    await foo.start()
+    await bar.start()
+    try:
+
+        async def advertised() -> bool:
+            n = await akube.get(Node, "sim-devices")
+            return (
+                n.status.allocatable.get("example.com/foo") == "3"
+                and n.status.allocatable.get("example.com/bar") == "1"
+            )
+
+        await eventually(advertised)
+        await akube.create(
+            _pod("uses-foo", {"pool": "devices"}, {"example.com/foo": "2"}), namespace=namespace
+        )
+
+        async def running() -> Any:
+            p = await akube.get(Pod, "uses-foo", namespace=namespace)
+            return p if p.status.phase == "Running" else None
+
+        pod = await eventually(running)
+        assert pod.spec.nodeName == "sim-devices"  # placed by the real kube-scheduler
+        assert foo.preferred_calls == [(["foo-0", "foo-1", "foo-2"], 2)]
+        assert foo.allocate_calls == [["foo-1", "foo-2"]]
+
+        async with grpc.aio.insecure_channel(f"unix://{node.pod_resources.socket}") as ch:
+            stub = pr_grpc.PodResourcesListerStub(ch)
+            listed = await stub.List(pr.ListPodResourcesRequest())
+            (entry,) = [p for p in listed.pod_resources if p.name == "uses-foo"]
+            assert entry.namespace == namespace
+            assert [(d.resource_name, list(d.device_ids)) for d in entry.containers[0].devices] == [
+                ("example.com/foo", ["foo-1", "foo-2"])
+            ]
+            allocatable = await stub.GetAllocatableResources(pr.AllocatableResourcesRequest())
+            assert {d.resource_name: len(d.device_ids) for d in allocatable.devices} == {
+                "example.com/bar": 1,
+                "example.com/foo": 3,
+            }
+
+        # no double allocation: the one free foo device goes to the next pod
+        await akube.create(
+            _pod("uses-foo-2", {"pool": "devices"}, {"example.com/foo": "1"}), namespace=namespace
+        )
+        await eventually(lambda: _phase(akube, "uses-foo-2", namespace, "Running"))
+        assert foo.allocate_calls[-1] == ["foo-0"]
+
+        # a pod bound straight to the node past the scheduler fails admission like kubelet's
+        await akube.create(
+            _pod("too-many", {}, {"example.com/bar": "2"}, nodeName="sim-devices"),
+            namespace=namespace,
+        )
+        failed = await eventually(lambda: _phase(akube, "too-many", namespace, "Failed"))
+        assert failed.status.reason == "UnexpectedAdmissionError"
+        assert "Requested: 2, Available: 1" in failed.status.message
+
+        # an unhealthy device leaves allocatable; a plugin that goes away takes its resource with it
+        foo.set_health("foo-0", False)
+
+        async def shrunk() -> bool:
+            n = await akube.get(Node, "sim-devices")
+            return (
+                n.status.allocatable.get("example.com/foo") == "2"
+                and n.status.capacity.get("example.com/foo") == "3"
+            )
+
+        await eventually(shrunk)
+        await bar.stop()
+
+        async def removed() -> bool:
+            n = await akube.get(Node, "sim-devices")
+            return "example.com/bar" not in n.status.capacity
+
+        await eventually(removed)
+    finally:
+        await foo.stop()
+        await bar.stop()
+
+
+async def _phase(akube: AsyncClient, name: str, namespace: str, phase: str) -> Any:
+    p = await akube.get(Pod, name, namespace=namespace)
+    return p if p.status.phase == phase else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return (
+        Path(f"/proc/{pid}").exists()
+        and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    )
+
+
+async def test_daemonset_pods_run_as_processes_with_env_and_volumes(
+    make_node: MakeNode, akube: AsyncClient, namespace: str
+) -> None:
+    a = await make_node("sim-ds-a", labels={"role": "ds"})
+    b = await make_node("sim-ds-b", labels={"role": "ds"})
+    other = await make_node("sim-ds-other")
+    ds = DaemonSet.from_dict(  # type: ignore[attr-defined]
+        {
+            "metadata": {"name": "probe"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "probe"}},
+                "template": {
+                    "metadata": {"labels": {"app": "probe"}},
+                    "spec": {
+                        "nodeSelector": {"role": "ds"},
+                        "terminationGracePeriodSeconds": 2,
+                        "containers": [
+                            {
+                                "name": "probe",
+                                "image": "ghcr.io/kubegpu/kubegpu:test",
+                                "command": [
+                                    "sh",
+                                    "-c",
+                                    "echo $NODE_NAME > /var/lib/kubegpu-test/out; exec sleep 3600",
+                                ],
+                                "env": [
+                                    {
+                                        "name": "NODE_NAME",
+                                        "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+                                    }
+                                ],
+                                "volumeMounts": [
+                                    {"name": "data", "mountPath": "/var/lib/kubegpu-test"}
+                                ],
+                            }
+                        ],
+                        "volumes": [
+                            {
+                                "name": "data",
+                                "hostPath": {"path": "/var/lib/probe", "type": "DirectoryOrCreate"},
+                            }
+                        ],
+                    },
+                },
+            },
+        }
+    )
+    await akube.create(ds, namespace=namespace)
+
+    async def both_running() -> bool:
+        return all(n.pids() for n in (a, b)) and all(
+            (n.root / "var/lib/probe/out").exists() for n in (a, b)
+        )
+
+    await eventually(both_running, timeout=60)
+    assert (a.root / "var/lib/probe/out").read_text().strip() == "sim-ds-a"
+    assert (b.root / "var/lib/probe/out").read_text().strip() == "sim-ds-b"
+    assert other.pids() == []
+
+    # a reboot stops the processes and starts them again, counting a restart
+    (old,) = a.pids()
+    await a.reboot()
+
+    async def restarted() -> bool:
+        pods = await _pods_on(akube, namespace, "sim-ds-a")
+        return (
+            bool(a.pids())
+            and a.pids()[0] != old
+            and pods[0].status.containerStatuses[0].restartCount == 1
+        )
+
+    await eventually(restarted, timeout=30)
+    assert not _alive(old)
+
+    pids = a.pids() + b.pids()
+    await akube.delete(DaemonSet, "probe", namespace=namespace)
+
+    async def gone() -> bool:
+        return not any(_alive(p) for p in pids) and not await _pods_on(akube, namespace, None)
+
+    await eventually(gone, timeout=60)
+
+
+async def _pods_on(akube: AsyncClient, namespace: str, node: str | None) -> list[Any]:
+    return [
+        p
+        async for p in akube.list(Pod, namespace=namespace)
+        if node is None or p.spec.nodeName == node
+    ]
