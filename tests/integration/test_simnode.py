@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -14,12 +15,16 @@ import grpc
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod
+from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
+from kubegpu.nvml import SimNvml, errors
 from kubegpu.sim.node import SimNode, SimNodeConfig
 
 from .fake_plugin import FakePlugin
@@ -59,14 +64,6 @@ async def make_node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[Mak
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-async def namespace(akube: AsyncClient, request: pytest.FixtureRequest) -> AsyncIterator[str]:
-    name = "t-" + request.node.name.lower().replace("_", "-")[:40].rstrip("-")
-    await akube.create(Namespace.from_dict({"metadata": {"name": name}}))  # type: ignore[attr-defined]
-    yield name
-    await akube.delete(Namespace, name)
-
-
 def _pod(
     name: str, node_selector: dict[str, str], resources: dict[str, str] | None = None, **spec: Any
 ) -> Any:
@@ -82,7 +79,7 @@ def _pod(
 
 
 async def test_a_node_registers_and_is_ready(make_node: MakeNode, akube: AsyncClient) -> None:
-    await make_node("sim-ready", gpus="h200-nvl:8")
+    sim = await make_node("sim-ready", gpus="h200-nvl:8")
 
     async def ready() -> bool:
         node = await akube.get(Node, "sim-ready")
@@ -95,6 +92,23 @@ async def test_a_node_registers_and_is_ready(make_node: MakeNode, akube: AsyncCl
     assert node.status.capacity["cpu"] == "32"
     lease = await eventually(lambda: akube.get(Lease, "sim-ready", namespace="kube-node-lease"))
     assert lease.spec.holderIdentity == "sim-ready"
+    first = lease.spec.renewTime
+
+    async def renewed() -> bool:
+        again = await akube.get(Lease, "sim-ready", namespace="kube-node-lease")
+        return again.spec.renewTime > first
+
+    await eventually(renewed, timeout=10)
+    # the node's GPUs are shared with every process through the state file, faults included
+    watcher = SimNvml(sim.gpu_state)
+    assert watcher.device_count() == 8
+    sim.inject_xid(3, 48)
+    event = watcher.wait_for_event(2.0)
+    assert event is not None
+    assert (event.device_index, event.xid) == (3, 48)
+    sim.lose_gpu(5)
+    with pytest.raises(errors.GpuIsLost):
+        watcher.device(5)
 
 
 async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
@@ -286,3 +300,139 @@ async def _pods_on(akube: AsyncClient, namespace: str, node: str | None) -> list
         async for p in akube.list(Pod, namespace=namespace)
         if node is None or p.spec.nodeName == node
     ]
+
+
+async def test_pods_get_configmaps_kept_current_and_a_working_service_account(
+    make_node: MakeNode, akube: AsyncClient, namespace: str
+) -> None:
+    node = await make_node("sim-cfg")
+    await akube.create(
+        ConfigMap(metadata=ObjectMeta(name="cfg"), data={"colour": "blue"}), namespace=namespace
+    )
+    await akube.create(
+        Role(
+            metadata=ObjectMeta(name="read-pods"),
+            rules=[PolicyRule(apiGroups=[""], resources=["pods"], verbs=["get"])],
+        ),
+        namespace=namespace,
+    )
+    await akube.create(
+        RoleBinding(
+            metadata=ObjectMeta(name="read-pods"),
+            roleRef=RoleRef(apiGroup="rbac.authorization.k8s.io", kind="Role", name="read-pods"),
+            subjects=[Subject(kind="ServiceAccount", name="default", namespace=namespace)],
+        ),
+        namespace=namespace,
+    )
+    script = (
+        "import os, time, pathlib\n"
+        "from lightkube import Client\n"
+        "from lightkube.resources.core_v1 import Pod\n"
+        "pod = Client().get(Pod, os.environ['POD_NAME'], namespace=os.environ['POD_NAMESPACE'])\n"
+        "pathlib.Path('/data/api').write_text(pod.spec.nodeName + ' ' + os.environ['COLOUR'])\n"
+        "while True:\n"
+        "    pathlib.Path('/data/seen').write_text(pathlib.Path('/etc/cfg/colour').read_text())\n"
+        "    time.sleep(0.2)\n"
+    )
+    pod = Pod.from_dict(  # type: ignore[attr-defined]
+        {
+            "metadata": {"name": "reader"},
+            "spec": {
+                "nodeName": "sim-cfg",
+                "containers": [
+                    {
+                        "name": "reader",
+                        "image": "ghcr.io/kubegpu/kubegpu:test",
+                        "command": [sys.executable, "-c", script],
+                        "env": [
+                            {
+                                "name": "POD_NAME",
+                                "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                            },
+                            {
+                                "name": "POD_NAMESPACE",
+                                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+                            },
+                            {
+                                "name": "COLOUR",
+                                "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "colour"}},
+                            },
+                        ],
+                        "volumeMounts": [
+                            {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": True},
+                            {"name": "data", "mountPath": "/data"},
+                        ],
+                    }
+                ],
+                "volumes": [
+                    {"name": "cfg", "configMap": {"name": "cfg"}},
+                    {"name": "data", "hostPath": {"path": "/srv/reader"}},
+                ],
+            },
+        }
+    )
+    await akube.create(pod, namespace=namespace)
+    data = node.root / "srv/reader"
+
+    async def talked_to_the_api() -> str:
+        return (data / "api").read_text() if (data / "api").exists() else ""
+
+    assert await eventually(talked_to_the_api, timeout=60) == "sim-cfg blue"
+    await akube.patch(ConfigMap, "cfg", {"data": {"colour": "green"}}, namespace=namespace)
+
+    async def refreshed() -> bool:
+        return (data / "seen").exists() and (data / "seen").read_text() == "green"
+
+    await eventually(refreshed, timeout=30)
+    await akube.delete(Pod, "reader", namespace=namespace)
+    await eventually(lambda: _gone(akube, "reader", namespace), timeout=30)
+    assert node.pids() == []
+
+
+async def _gone(akube: AsyncClient, name: str, namespace: str) -> bool:
+    try:
+        await akube.get(Pod, name, namespace=namespace)
+    except ApiError as exc:
+        return exc.status.code == 404
+    return False
+
+
+async def test_a_crashing_container_is_restarted_with_backoff(
+    make_node: MakeNode, akube: AsyncClient, namespace: str
+) -> None:
+    await make_node("sim-crash")
+    pod = Pod.from_dict(  # type: ignore[attr-defined]
+        {
+            "metadata": {"name": "crasher"},
+            "spec": {
+                "nodeName": "sim-crash",
+                "containers": [
+                    {"name": "c", "image": "kubegpu:dev", "command": ["sh", "-c", "exit 3"]}
+                ],
+            },
+        }
+    )
+    await akube.create(pod, namespace=namespace)
+
+    async def restarted_twice() -> Any:
+        p = await akube.get(Pod, "crasher", namespace=namespace)
+        statuses = p.status.containerStatuses or []
+        return statuses[0] if statuses and statuses[0].restartCount >= 2 else None
+
+    status = await eventually(restarted_twice, timeout=30)
+    assert status.lastState.terminated.exitCode == 3
+    never = Pod.from_dict(  # type: ignore[attr-defined]
+        {
+            "metadata": {"name": "once"},
+            "spec": {
+                "nodeName": "sim-crash",
+                "restartPolicy": "Never",
+                "containers": [
+                    {"name": "c", "image": "kubegpu:dev", "command": ["sh", "-c", "exit 0"]}
+                ],
+            },
+        }
+    )
+    await akube.create(never, namespace=namespace)
+    done = await eventually(lambda: _phase(akube, "once", namespace, "Succeeded"), timeout=30)
+    assert done.status.containerStatuses[0].state.terminated.reason == "Completed"

@@ -154,6 +154,31 @@ def up(
         fail(str(exc))
 
 
+async def _print_nodes(kubeconfig: Path) -> None:
+    """A table of the cluster's nodes as the API server sees them."""
+    from lightkube import AsyncClient, KubeConfig
+    from lightkube.resources.core_v1 import Node
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("node", "Ready", "GPU (NFD label)", "capacity")
+    async with AsyncClient(KubeConfig.from_file(kubeconfig)) as client:
+        async for n in client.list(Node):
+            labels = (n.metadata.labels if n.metadata else None) or {}
+            conditions = {
+                c.type: c.status for c in (n.status.conditions if n.status else None) or []
+            }
+            gpu = labels.get("feature.node.kubernetes.io/pci-10de.present", "-")
+            capacity = ", ".join(
+                f"{k}={v}"
+                for k, v in sorted(((n.status.capacity if n.status else None) or {}).items())
+            )
+            table.add_row(
+                n.metadata.name if n.metadata else "?", conditions.get("Ready", "?"), gpu, capacity
+            )
+    Console(highlight=False, width=160).print(table)
+
+
 @app.command("down")
 def down(workdir: Path = typer.Option(DEFAULT_WORKDIR, "--workdir")) -> None:
     """Stop a running `kubegpu sim up` and clean up what a killed run left behind."""

@@ -357,3 +357,16 @@ class SimNode:
         await self._push_status()
         for runner in list(self.runners.values()):
             await runner.restart_all()
+
+    def _gpus(self) -> SimNvml:
+        if self.nvml is None:
+            raise ValueError(f"node {self.name} has no GPUs")
+        return self.nvml
+
+    def inject_xid(self, gpu: int, xid: int) -> None:
+        """An XID error on one GPU, seen by every process that waits for GPU events."""
+        self._gpus().inject_xid(gpu, xid)
+
+    def lose_gpu(self, gpu: int) -> None:
+        """The GPU falls off the bus (Xid 79) until the node reboots."""
+        self._gpus().lose_gpu(gpu)
