@@ -1,0 +1,1 @@
+"""Device-plugin domain: the config file and what a node advertises (pure, no I/O)."""

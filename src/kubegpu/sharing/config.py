@@ -1,0 +1,389 @@
+"""The device plugin's config file (`version: v1`) as pydantic models.
+
+Same fields and meanings as NVIDIA's k8s-device-plugin: `flags` (shared with GPU feature
+discovery and the MPS daemon), `resources`, `sharing.timeSlicing` / `sharing.mps` and
+`imex`. Validation is strict and whole-file: one bad field rejects the config with an
+error naming the file, field and value, so a node keeps its last good config.
+
+One deliberate difference: upstream parses per-resource `rename` and `devices` subsets
+but resets them at runtime; kubegpu honours them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+RESOURCE_PREFIX = "nvidia.com"
+SHARED_SUFFIX = ".shared"
+MAX_RESOURCE_NAME = 63
+MPS_MAX_CLIENTS_VOLTA_PLUS = 48
+MPS_MAX_CLIENTS_OLDER = 16
+DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_MIG_INDEX = re.compile(r"^\d+:\d+$")
+
+
+class SharingConfigError(ValueError):
+    """A device-plugin config that cannot be used. The message says where and why."""
+
+
+def resource_name(name: str) -> str:
+    """`gpu` -> `nvidia.com/gpu`; checks the length and DNS-1123 rules like upstream."""
+    full = name if name.startswith(RESOURCE_PREFIX + "/") else f"{RESOURCE_PREFIX}/{name}"
+    short = full.split("/", 1)[1]
+    if len(full) > MAX_RESOURCE_NAME:
+        raise ValueError(f"resource name {full!r} is longer than {MAX_RESOURCE_NAME} characters")
+    if "/" in short or not _DNS1123_SUBDOMAIN.match(short):
+        raise ValueError(f"resource name {full!r}: {short!r} is not a DNS-1123 subdomain")
+    return full
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class PluginFlags(_Strict):
+    pass_device_specs: bool = Field(False, alias="passDeviceSpecs")
+    device_list_strategy: tuple[str, ...] = Field(("envvar",), alias="deviceListStrategy")
+    device_id_strategy: Literal["uuid", "index"] = Field("uuid", alias="deviceIDStrategy")
+    cdi_annotation_prefix: str = Field("cdi.k8s.io/", alias="cdiAnnotationPrefix")
+    nvidia_ctk_path: str = Field("/usr/bin/nvidia-ctk", alias="nvidiaCTKPath")
+    container_driver_root: str = Field("/driver-root", alias="containerDriverRoot")
+    shared_devices_allocation_policy: Literal["distributed", "packed"] = Field(
+        "distributed", alias="sharedDevicesAllocationPolicy"
+    )
+
+    @field_validator("device_list_strategy", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("device_list_strategy")
+    @classmethod
+    def _known(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for v in value:
+            if v not in DEVICE_LIST_STRATEGIES:
+                raise ValueError(
+                    f"invalid strategy: {v} (known: {', '.join(DEVICE_LIST_STRATEGIES)})"
+                )
+        if not value:
+            raise ValueError("at least one device list strategy is needed")
+        return value
+
+    @property
+    def cdi_enabled(self) -> bool:
+        return any(s.startswith("cdi-") for s in self.device_list_strategy)
+
+
+class GfdFlags(_Strict):
+    oneshot: bool = False
+    no_timestamp: bool = Field(False, alias="noTimestamp")
+    sleep_interval: str = Field("60s", alias="sleepInterval")
+    output_file: str = Field(
+        "/etc/kubernetes/node-feature-discovery/features.d/gfd", alias="outputFile"
+    )
+    machine_type_file: str = Field("/sys/class/dmi/id/product_name", alias="machineTypeFile")
+
+    @field_validator("sleep_interval")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if value != "infinite" and parse_duration(value) is None:
+            raise ValueError(f"{value!r} is not a duration like 60s, 5m or 'infinite'")
+        return value
+
+
+class Flags(_Strict):
+    mig_strategy: Literal["none", "single", "mixed"] = Field("none", alias="migStrategy")
+    fail_on_init_error: bool = Field(True, alias="failOnInitError")
+    nvidia_driver_root: str = Field("/", alias="nvidiaDriverRoot")
+    nvidia_dev_root: str | None = Field(None, alias="nvidiaDevRoot")
+    mps_root: str | None = Field(None, alias="mpsRoot")
+    gds_enabled: bool = Field(False, alias="gdsEnabled")
+    mofed_enabled: bool = Field(False, alias="mofedEnabled")
+    gdrcopy_enabled: bool = Field(False, alias="gdrcopyEnabled")
+    use_node_feature_api: bool | None = Field(None, alias="useNodeFeatureAPI")
+    device_discovery_strategy: Literal["auto", "nvml", "tegra", "vfio"] = Field(
+        "auto", alias="deviceDiscoveryStrategy"
+    )
+    plugin: PluginFlags = Field(default_factory=PluginFlags)
+    gfd: GfdFlags = Field(default_factory=GfdFlags)
+
+    @property
+    def dev_root(self) -> str:
+        return self.nvidia_dev_root or self.nvidia_driver_root
+
+
+class ResourcePattern(_Strict):
+    pattern: str
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return resource_name(value)
+
+    def matches(self, text: str) -> bool:
+        """Wildcard match (`*` any run), anchored as in upstream v0.20."""
+        regex = ".*".join(re.escape(part) for part in self.pattern.split("*"))
+        return re.fullmatch(regex, text) is not None
+
+
+class Resources(_Strict):
+    gpus: tuple[ResourcePattern, ...] = ()
+    mig: tuple[ResourcePattern, ...] = ()
+
+
+DeviceRef = int | str
+
+
+class ReplicatedResource(_Strict):
+    name: str
+    rename: str | None = None
+    devices: Literal["all"] | int | tuple[DeviceRef, ...] = "all"
+    replicas: int
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return resource_name(value)
+
+    @field_validator("rename")
+    @classmethod
+    def _rename(cls, value: str | None) -> str | None:
+        return resource_name(value) if value else None
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError(f"number of replicas must be >= 2 (got {value})")
+        return value
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _devices(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "all":
+            raise ValueError(f"devices {value!r}: the only string accepted is 'all'")
+        if isinstance(value, bool):
+            raise ValueError(f"devices {value!r}: expected 'all', a count or a list")
+        if isinstance(value, int) and value <= 0:
+            raise ValueError(f"devices count {value} must be > 0")
+        if isinstance(value, list):
+            for item in value:
+                ok = (isinstance(item, int) and not isinstance(item, bool) and item >= 0) or (
+                    isinstance(item, str)
+                    and (
+                        item.isdigit()
+                        or _MIG_INDEX.match(item)
+                        or item.startswith(("GPU-", "MIG-"))
+                    )
+                )
+                if not ok:
+                    raise ValueError(
+                        f"unsupported device reference {item!r} (use an index, 'gpu:mig', a GPU- or MIG- UUID)"
+                    )
+        return value
+
+
+class ReplicatedResources(_Strict):
+    rename_by_default: bool = Field(False, alias="renameByDefault")
+    fail_requests_greater_than_one: bool | None = Field(None, alias="failRequestsGreaterThanOne")
+    resources: tuple[ReplicatedResource, ...]
+
+    @field_validator("resources")
+    @classmethod
+    def _some(cls, value: tuple[ReplicatedResource, ...]) -> tuple[ReplicatedResource, ...]:
+        if not value:
+            raise ValueError("no resources specified")
+        names = [r.name for r in value]
+        for n in names:
+            if names.count(n) > 1:
+                raise ValueError(f"resource {n} is listed more than once")
+        return value
+
+    def shared_name(self, resource: ReplicatedResource) -> str | None:
+        """Where replicas of `resource` are advertised: its rename, `<name>.shared` under
+        renameByDefault, or None for the resource's own name."""
+        if resource.rename:
+            return resource.rename
+        return resource_name(resource.name + SHARED_SUFFIX) if self.rename_by_default else None
+
+
+class Sharing(_Strict):
+    time_slicing: ReplicatedResources | None = Field(None, alias="timeSlicing")
+    mps: ReplicatedResources | None = None
+
+
+class Imex(_Strict):
+    channel_ids: tuple[int, ...] = Field((), alias="channelIDs")
+    required: bool = False
+
+    @field_validator("channel_ids")
+    @classmethod
+    def _channels(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if value not in ((), (0,)):
+            raise ValueError("invalid IMEX config: channelIDs must be [] or [0]")
+        return value
+
+
+SharingStrategy = Literal["none", "time-slicing", "mps"]
+
+
+class PluginConfig(_Strict):
+    version: Literal["v1"] = "v1"
+    flags: Flags = Field(default_factory=Flags)
+    resources: Resources = Field(default_factory=Resources)
+    sharing: Sharing = Field(default_factory=Sharing)
+    imex: Imex = Field(default_factory=Imex)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: Any) -> Any:
+        if value in ("", None):
+            return "v1"
+        if value != "v1":
+            raise ValueError(f"unknown version {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _rules(self) -> PluginConfig:
+        if self.sharing.mps is not None:
+            if self.flags.mig_strategy == "mixed":
+                raise ValueError("using --mig-strategy=mixed is not supported with MPS")
+            if not self.flags.mps_root:
+                raise ValueError("using MPS requires --mps-root to be specified (flags.mpsRoot)")
+        return self
+
+    @property
+    def sharing_strategy(self) -> SharingStrategy:
+        """MPS wins when both are set, as upstream."""
+        if self.sharing.mps is not None and any(r.replicas > 1 for r in self.sharing.mps.resources):
+            return "mps"
+        ts = self.sharing.time_slicing
+        if ts is not None and any(r.replicas > 1 for r in ts.resources):
+            return "time-slicing"
+        return "none"
+
+    @property
+    def replicated(self) -> ReplicatedResources | None:
+        return self.sharing.mps if self.sharing.mps is not None else self.sharing.time_slicing
+
+    @property
+    def fail_requests_greater_than_one(self) -> bool:
+        """MPS defaults to true when omitted; time-slicing to false."""
+        rr = self.replicated
+        if rr is None:
+            return False
+        if rr.fail_requests_greater_than_one is None:
+            return self.sharing.mps is not None
+        return rr.fail_requests_greater_than_one
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(
+            self.model_dump(by_alias=True, exclude_defaults=True, mode="json"), sort_keys=False
+        )
+
+
+def parse_duration(text: str) -> float | None:
+    """Go-style durations: `60s`, `5m`, `1h30m`, `500ms`. None when not a duration."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    path = ".".join(str(p) for p in loc if not (isinstance(p, str) and ("[" in p or "(" in p)))
+    return f"field {path}" if path else "config"
+
+
+def parse_config(text: str, source: str = "<config>") -> PluginConfig:
+    """Parse a config file's text (YAML or JSON). An empty file is the default config."""
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise SharingConfigError(
+            f"{source}:{where} malformed YAML: {getattr(exc, 'problem', exc)}"
+        ) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SharingConfigError(f"{source}: expected a mapping, got {type(data).__name__}")
+    try:
+        return PluginConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        value = first.get("input")
+        shown = f", value {value!r}" if not isinstance(value, dict | list) else ""
+        message = first["msg"].removeprefix("Value error, ")
+        where = _where(tuple(first["loc"]))
+        raise SharingConfigError(f"{source}: {where}{shown}: {message}") from None
+
+
+def load_config(path: str | Path) -> PluginConfig:
+    p = Path(path)
+    try:
+        return parse_config(p.read_text(), str(p))
+    except OSError as exc:
+        raise SharingConfigError(f"{p}: cannot read: {exc.strerror}") from None
+
+
+# Environment variables that override config-file fields, as upstream (flag > env > file).
+ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "MIG_STRATEGY": ("flags", "migStrategy"),
+    "FAIL_ON_INIT_ERROR": ("flags", "failOnInitError"),
+    "NVIDIA_DRIVER_ROOT": ("flags", "nvidiaDriverRoot"),
+    "NVIDIA_DEV_ROOT": ("flags", "nvidiaDevRoot"),
+    "MPS_ROOT": ("flags", "mpsRoot"),
+    "GDS_ENABLED": ("flags", "gdsEnabled"),
+    "MOFED_ENABLED": ("flags", "mofedEnabled"),
+    "GDRCOPY_ENABLED": ("flags", "gdrcopyEnabled"),
+    "PASS_DEVICE_SPECS": ("flags", "plugin", "passDeviceSpecs"),
+    "DEVICE_LIST_STRATEGY": ("flags", "plugin", "deviceListStrategy"),
+    "DEVICE_ID_STRATEGY": ("flags", "plugin", "deviceIDStrategy"),
+}
+
+
+def with_overrides(
+    config: PluginConfig, values: Mapping[str, Any], source: str = "flags"
+) -> PluginConfig:
+    """A copy of `config` with explicit flag/env values (keys as in ENV_OVERRIDES) applied."""
+    data = config.model_dump(by_alias=True, mode="json")
+    for key, raw in values.items():
+        if raw is None:
+            continue
+        value: Any = raw
+        path = ENV_OVERRIDES[key]
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        if key == "DEVICE_LIST_STRATEGY" and isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        elif isinstance(value, str) and value.lower() in {"true", "false"}:
+            value = value.lower() == "true"
+        node[path[-1]] = value
+    try:
+        return PluginConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = _where(tuple(first["loc"]))
+        raise SharingConfigError(
+            f"{source}: {where}: {first['msg'].removeprefix('Value error, ')}"
+        ) from None
+
+
+def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in ENV_OVERRIDES if env.get(k)}
