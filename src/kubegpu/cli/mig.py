@@ -16,7 +16,7 @@ from rich.table import Table
 
 from kubegpu.catalog import UnknownModelError, all_models, get_model
 from kubegpu.cli.options import NVML_OPTION, SIM_NODE_OPTION, fail, nvml_from
-from kubegpu.mig.config import ConfigError, MigPartedConfig, load_config
+from kubegpu.mig.config import ConfigError, MigConfigEntry, MigPartedConfig, load_config
 from kubegpu.mig.geometry import LayoutError, iter_layouts
 from kubegpu.mig.parted import (
     ApplyError,
@@ -61,6 +61,19 @@ def _load(path: str) -> MigPartedConfig:
         return load_config(path)
     except ConfigError as exc:
         fail(str(exc))
+
+
+def _selected(config_file: str, selected: str | None) -> tuple[str, tuple[MigConfigEntry, ...]]:
+    """The config named by -c (or the file's only one), or exit with the reason."""
+    try:
+        return _load(config_file).select(selected, config_file)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def _config_errors(config_file: str, exc: ConfigError) -> str:
+    """A static-check failure, one line per problem, each naming the file."""
+    return "\n".join(f"{config_file}: {line}" for line in str(exc).splitlines())
 
 
 def _print_config(cfg: MigPartedConfig, fmt: str, out: Path | None = None) -> None:
@@ -172,7 +185,7 @@ def validate(
             else:
                 check_against_catalog(name, entries)
         except ConfigError as exc:
-            problems += [f"{config_file}: {line}" for line in str(exc).splitlines()]
+            problems.append(_config_errors(config_file, exc))
     if problems:
         fail("\n".join(problems))
     target = f" for {model}" if model else ""
@@ -195,21 +208,14 @@ def apply(
     sim_node: str | None = SIM_NODE_OPTION,
 ) -> None:
     """Apply a config to this node's GPUs (MIG mode first, then instances)."""
-    cfg = _load(config_file)
-    try:
-        name, entries = cfg.select(selected, config_file)
-    except ConfigError as exc:
-        fail(str(exc))
+    name, entries = _selected(config_file, selected)
     gpus = nvml_from(nvml, sim_node)
     try:
         result = apply_config(
             gpus, name, entries, mode_only=mode_only, skip_reset=skip_reset, report=typer.echo
         )
     except ConfigError as exc:
-        fail(
-            "\n".join(f"{config_file}: {line}" for line in str(exc).splitlines())
-            + "\nnothing was applied"
-        )
+        fail(_config_errors(config_file, exc) + "\nnothing was applied")
     except (ApplyError, NvmlError) as exc:
         fail(str(exc))
     if result.reset_required:
@@ -237,18 +243,14 @@ def assert_(
     sim_node: str | None = SIM_NODE_OPTION,
 ) -> None:
     """Exit 0 when this node's GPUs match the config, 1 otherwise (every GPU must be covered)."""
-    cfg = _load(config_file)
-    try:
-        name, entries = cfg.select(selected, config_file)
-    except ConfigError as exc:
-        fail(str(exc))
+    name, entries = _selected(config_file, selected)
     if valid_config:
         typer.echo(f"config {name!r} is valid")
         return
     try:
         problems = assert_config(nvml_from(nvml, sim_node), name, entries, mode_only=mode_only)
     except ConfigError as exc:
-        fail("\n".join(f"{config_file}: {line}" for line in str(exc).splitlines()))
+        fail(_config_errors(config_file, exc))
     except NvmlError as exc:
         fail(str(exc))
     if problems:

@@ -115,7 +115,6 @@ class SimNode:
             devices=self.devices,
             api_host=host,
             api_port=int(port or 443),
-            ca_file=Path(str(cluster.certificate_auth)) if cluster.certificate_auth else Path(),
             extra_env=extra_env,
             kubegpu_images=self.config.kubegpu_images,
         )

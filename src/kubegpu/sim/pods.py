@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import logging
 import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
 CONFIG_REFRESH_S = 2.0
+TOKEN_RENEW_S = 1800.0
 ENV_NODE_ROOT = "KUBEGPU_SIM_NODE_ROOT"  # marks every simulated pod process, for cleanup
 Json = dict[str, Any]
 
@@ -56,7 +57,6 @@ class NodeContext:
     devices: DeviceManager
     api_host: str
     api_port: int
-    ca_file: Path
     extra_env: dict[str, str]
     kubegpu_images: tuple[str, ...] = ("kubegpu",)
     python: str = sys.executable
@@ -128,6 +128,7 @@ class PodRunner:
         self._on_exit = on_exit
         self._status_lock = asyncio.Lock()
         self._volume_sources: dict[str, Path] = {}
+        self._projected_at = time.monotonic()
 
     @property
     def container_names(self) -> tuple[str, ...]:
@@ -315,18 +316,19 @@ class PodRunner:
         """Keep ConfigMap and Secret volumes current, as kubelet's sync loop does."""
         while not self._stopping:
             await asyncio.sleep(CONFIG_REFRESH_S)
+            # Projected volumes carry a service-account token issued for an hour: renew it
+            # at half-life, as kubelet does.
+            renew_tokens = time.monotonic() - self._projected_at > TOKEN_RENEW_S
             for vol in self.pod["spec"].get("volumes") or []:
-                if not ({"configMap", "secret", "projected"} & set(vol)):
-                    continue
-                if "projected" in vol and not any(
-                    "configMap" in s or "secret" in s for s in vol["projected"].get("sources") or []
+                if not ({"configMap", "secret"} & set(vol)) and not (
+                    "projected" in vol and renew_tokens
                 ):
                     continue
                 with contextlib.suppress(ApiError, OSError, ValueError):
-                    if "projected" in vol:
-                        continue  # tokens and the root CA do not change in a simulation
                     files = await self._volume_files(vol)
                     _write_files(self.dir / "volumes" / vol["name"], files)
+            if renew_tokens:
+                self._projected_at = time.monotonic()
 
     # -- environment ------------------------------------------------------------------------
     def _field(self, path: str) -> str:
@@ -643,7 +645,3 @@ def _expand(value: str, env: dict[str, str]) -> str:
     for key, val in env.items():
         out = out.replace(f"$({key})", val)
     return out
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True)
