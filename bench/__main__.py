@@ -5,7 +5,16 @@ from __future__ import annotations
 import importlib
 import sys
 
-SUITES = ["mig", "sim", "controlplane"]
+SUITES = [
+    "mig",
+    "sim",
+    "controlplane",
+    "exporter",
+    "mig_manager",
+    "device_plugin",
+    "plan",
+    "operator",
+]
 
 
 def main(argv: list[str]) -> int:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubegpu.catalog import GpuModel, all_models, get_model
+from kubegpu.catalog.profile import ProfileName, ProfileNameError
 from kubegpu.mig.geometry import (
     LayoutError,
     PlacedInstance,
@@ -20,7 +21,6 @@ from kubegpu.mig.geometry import (
     place,
     validate_layout,
 )
-from kubegpu.mig.profile import ProfileName, ProfileNameError
 
 MIG_MODELS = [m for m in all_models() if m.mig]
 A100 = get_model("a100-40gb")

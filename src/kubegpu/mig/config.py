@@ -12,7 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from kubegpu.mig.profile import ProfileName, ProfileNameError
+from kubegpu.catalog.profile import ProfileName, ProfileNameError
 
 
 class ConfigError(ValueError):

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kubegpu.catalog import GpuInstanceProfile, GpuModel, all_models, find_by_pci_id
+from kubegpu.catalog.profile import ProfileName
 from kubegpu.mig.config import ConfigError, MigConfigEntry
 from kubegpu.mig.geometry import LayoutError, place
-from kubegpu.mig.profile import ProfileName
 
 
 @dataclass(frozen=True)

@@ -7,24 +7,45 @@ get one from `kubegpu.nvml.open_nvml` and never know which.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from types import TracebackType
+from typing import TypeVar
 
+from kubegpu.nvml.errors import GpuIsLost, NotSupported, NvmlError
 from kubegpu.nvml.types import (
     Activation,
+    Activity,
+    Clocks,
     ComputeInstanceInfo,
     ComputeInstanceProfileInfo,
     DeviceInfo,
+    DeviceSample,
     GpuEvent,
     GpuInstanceInfo,
     GpuInstanceProfileInfo,
+    GpuInstanceSample,
+    GpuTopology,
     MemoryInfo,
     MigDeviceInfo,
     MigMode,
     Placement,
     ProcessInfo,
+    RemappedRows,
     SystemInfo,
     Utilization,
 )
+
+T = TypeVar("T")
+
+
+def _optional(read: Callable[..., T], *args: int | None) -> T | None:
+    """A telemetry value, or None when the GPU cannot report it; a lost GPU still raises."""
+    try:
+        return read(*args)
+    except GpuIsLost:
+        raise
+    except NvmlError:
+        return None
 
 
 class Nvml(ABC):
@@ -110,6 +131,98 @@ class Nvml(ABC):
     @abstractmethod
     def wait_for_event(self, timeout_s: float) -> GpuEvent | None:
         """The next XID / GPU-lost event since this handle was opened, or None on timeout."""
+
+    # -- telemetry --------------------------------------------------------------------
+    # Optional reads for monitoring. A backend (or a GPU) that cannot report a value
+    # raises NotSupported; `sample` turns that into None.
+    def clocks(self, index: int) -> Clocks:
+        raise NotSupported("current clocks")
+
+    def temperature(self, index: int) -> int:
+        """GPU core temperature in degrees C."""
+        raise NotSupported("GPU temperature")
+
+    def memory_temperature(self, index: int) -> int:
+        """Memory (HBM) temperature in degrees C."""
+        raise NotSupported("memory temperature")
+
+    def power_usage(self, index: int) -> float:
+        """Power draw in W."""
+        raise NotSupported("power usage")
+
+    def total_energy(self, index: int) -> int:
+        """Energy used since the driver was loaded, in mJ."""
+        raise NotSupported("total energy consumption")
+
+    def pcie_replay_count(self, index: int) -> int:
+        raise NotSupported("PCIe replay counter")
+
+    def encoder_utilization(self, index: int) -> int:
+        raise NotSupported("encoder utilization")
+
+    def decoder_utilization(self, index: int) -> int:
+        raise NotSupported("decoder utilization")
+
+    def remapped_rows(self, index: int) -> RemappedRows:
+        raise NotSupported("remapped rows")
+
+    def activity(self, index: int, gpu_instance_id: int | None = None) -> Activity:
+        """Profiling ratios of the GPU, or of one of its GPU instances."""
+        raise NotSupported("GPU performance monitoring")
+
+    def gpu_instance_memory(self, index: int, gpu_instance_id: int) -> MemoryInfo:
+        """Framebuffer of one GPU instance (total is the instance's memory)."""
+        raise NotSupported("GPU-instance memory")
+
+    def sample(self, index: int) -> DeviceSample:
+        """Every telemetry value of one GPU and its GPU instances, read together.
+
+        Values the GPU cannot report are None. Raises when the GPU itself cannot be read
+        (lost, or memory information unavailable), so a caller can mark the whole GPU.
+        """
+        memory = self.memory(index)
+        mig = bool(_optional(lambda: self.mig_mode(index).current))
+        instances: list[GpuInstanceSample] = []
+        if mig:
+            names = {p.id: p.name for p in self.gpu_instance_profiles(index)}
+            devices = self.mig_devices(index)
+            for gi in self.gpu_instances(index):
+                instances.append(
+                    GpuInstanceSample(
+                        gpu_instance_id=gi.id,
+                        profile_id=gi.profile_id,
+                        profile=names.get(gi.profile_id, str(gi.profile_id)),
+                        memory=_optional(self.gpu_instance_memory, index, gi.id),
+                        activity=_optional(self.activity, index, gi.id) or Activity(),
+                        mig_device_uuids=tuple(
+                            d.uuid for d in devices if d.gpu_instance_id == gi.id
+                        ),
+                    )
+                )
+        return DeviceSample(
+            index=index,
+            clocks=_optional(self.clocks, index),
+            gpu_temp_c=_optional(self.temperature, index),
+            memory_temp_c=_optional(self.memory_temperature, index),
+            power_w=_optional(self.power_usage, index),
+            energy_mj=_optional(self.total_energy, index),
+            pcie_replays=_optional(self.pcie_replay_count, index),
+            utilization=_optional(self.utilization, index),
+            encoder_percent=_optional(self.encoder_utilization, index),
+            decoder_percent=_optional(self.decoder_utilization, index),
+            memory=memory,
+            remapped_rows=_optional(self.remapped_rows, index),
+            activity=_optional(self.activity, index) or Activity(),
+            mig_enabled=mig,
+            gpu_instances=tuple(instances),
+        )
+
+    # -- topology -------------------------------------------------------------------
+    def topology(self, index: int) -> GpuTopology:
+        """Device node, NUMA node, and PCIe level plus NVLink count to every other GPU."""
+        from kubegpu.nvml.errors import NotSupported
+
+        raise NotSupported(f"GPU {index}: this backend reports no topology")
 
     # -- lifecycle ------------------------------------------------------------------
     def close(self) -> None:  # noqa: B027 - optional hook

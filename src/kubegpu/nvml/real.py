@@ -20,6 +20,8 @@ from kubegpu.nvml import errors
 from kubegpu.nvml.interface import Nvml
 from kubegpu.nvml.types import (
     Activation,
+    Activity,
+    Clocks,
     ComputeInstanceInfo,
     ComputeInstanceProfileInfo,
     DeviceInfo,
@@ -27,12 +29,16 @@ from kubegpu.nvml.types import (
     GpuEvent,
     GpuInstanceInfo,
     GpuInstanceProfileInfo,
+    GpuLink,
+    GpuTopology,
     MemoryInfo,
     MigDeviceInfo,
     MigMode,
     Placement,
     ProcessInfo,
+    RemappedRows,
     SystemInfo,
+    TopologyLevel,
     Utilization,
 )
 
@@ -42,6 +48,39 @@ ENUM_NAME = {v: k for k, v in GI_PROFILE_ENUM.items()}
 CI_PROFILE_COUNT = 9  # NVML_COMPUTE_INSTANCE_PROFILE_COUNT
 XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
 NO_ID = 0xFFFFFFFF
+FALLBACK_CODES = (3, 13, 25)  # NotSupported, FunctionNotFound, ArgumentVersionMismatch
+# GPU Performance Monitoring metrics behind `activity` (Hopper and newer):
+# Activity field, NVML_GPM_METRIC_* id, scale to the field's unit (percent -> ratio,
+# MiB/s -> bytes/s)
+GPM_METRICS = (
+    ("graphics_active", 1, 0.01),  # GRAPHICS_UTIL
+    ("sm_active", 2, 0.01),  # SM_UTIL
+    ("sm_occupancy", 3, 0.01),  # SM_OCCUPANCY
+    ("tensor_active", 5, 0.01),  # ANY_TENSOR_UTIL
+    ("dram_active", 10, 0.01),  # DRAM_BW_UTIL
+    ("fp64_active", 11, 0.01),  # FP64_UTIL
+    ("fp32_active", 12, 0.01),  # FP32_UTIL
+    ("fp16_active", 13, 0.01),  # FP16_UTIL
+    ("pcie_tx_bytes_per_s", 20, float(1024 * 1024)),  # PCIE_TX_PER_SEC (MiB/s)
+    ("pcie_rx_bytes_per_s", 21, float(1024 * 1024)),  # PCIE_RX_PER_SEC (MiB/s)
+)
+NVLINK_ACTIVE = 1  # nvmlEnableState_t NVML_FEATURE_ENABLED
+SYSFS_PCI = "/sys/bus/pci/devices"
+
+
+def _bus_key(bus_id: str) -> str:
+    """`00000000:18:00.0` and `0000:18:00.0` -> `0000:18:00.0` (sysfs form, lower case)."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    return f"{domain[-4:]:0>4}:{rest}"
+
+
+def _numa_node(bus_id: str) -> int | None:
+    try:
+        with open(f"{SYSFS_PCI}/{_bus_key(bus_id)}/numa_node") as f:
+            node = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
 
 
 def _call(fn: Callable[..., T], *args: Any) -> T:
@@ -60,8 +99,13 @@ class RealNvml(Nvml):
     def __init__(self) -> None:
         _call(pynvml.nvmlInit)
         self._event_set: Any = None
+        self._gpm_supported: dict[int, bool] = {}
+        self._gpm_samples: dict[tuple[int, int | None], Any] = {}
 
     def close(self) -> None:
+        for sample in self._gpm_samples.values():
+            _call(pynvml.nvmlGpmSampleFree, sample)
+        self._gpm_samples.clear()
         if self._event_set is not None:
             _call(pynvml.nvmlEventSetFree, self._event_set)
             self._event_set = None
@@ -99,7 +143,18 @@ class RealNvml(Nvml):
         )
 
     def memory(self, index: int) -> MemoryInfo:
-        mem = _call(pynvml.nvmlDeviceGetMemoryInfo, self._handle(index))
+        return self._memory(self._handle(index))
+
+    @staticmethod
+    def _memory(h: Any) -> MemoryInfo:
+        """nvmlMemory_v2_t (used excludes the reserved part) where the driver has it."""
+        try:
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+            return MemoryInfo(int(mem.total) // MIB, int(mem.used) // MIB, int(mem.reserved) // MIB)
+        except pynvml.NVMLError as exc:
+            if int(exc.value) not in FALLBACK_CODES:
+                raise errors.error_for_code(int(exc.value), str(exc)) from None
+        mem = _call(pynvml.nvmlDeviceGetMemoryInfo, h)
         return MemoryInfo(int(mem.total) // MIB, int(mem.used) // MIB)
 
     def utilization(self, index: int) -> Utilization:
@@ -350,6 +405,47 @@ class RealNvml(Nvml):
             )
         return out
 
+    # -- topology -----------------------------------------------------------------------
+    def _nvlink_remotes(self, h: Any) -> list[str]:
+        """Bus ids at the far end of each active NVLink (an NVSwitch counts as `switch`)."""
+        remotes = []
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            try:
+                if int(pynvml.nvmlDeviceGetNvLinkState(h, link)) != NVLINK_ACTIVE:
+                    continue
+                kind = int(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, link))
+                if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
+                    remotes.append("switch")
+                    continue
+                remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link)
+            except pynvml.NVMLError as exc:
+                if int(exc.value) in (errors.NotSupported.code, errors.InvalidArgument.code):
+                    continue  # no such link on this GPU, or no NVLink at all
+                raise errors.error_for_code(int(exc.value), str(exc)) from None
+            remotes.append(_bus_key(_text(remote.busId)))
+        return remotes
+
+    def topology(self, index: int) -> GpuTopology:
+        h = self._handle(index)
+        bus = _text(_call(pynvml.nvmlDeviceGetPciInfo, h).busId)
+        minor = int(_call(pynvml.nvmlDeviceGetMinorNumber, h))
+        remotes = self._nvlink_remotes(h)
+        links = []
+        for peer in range(self.device_count()):
+            if peer == index:
+                continue
+            ph = self._handle(peer)
+            level = TopologyLevel(int(_call(pynvml.nvmlDeviceGetTopologyCommonAncestor, h, ph)))
+            peer_bus = _bus_key(_text(_call(pynvml.nvmlDeviceGetPciInfo, ph).busId))
+            direct = remotes.count(peer_bus)
+            switched = 0
+            if "switch" in remotes:  # NVSwitch systems: every switched GPU reaches every other
+                switched = min(remotes.count("switch"), self._nvlink_remotes(ph).count("switch"))
+            links.append(GpuLink(peer=peer, level=level, nvlinks=direct + switched))
+        return GpuTopology(
+            index=index, minor_number=minor, numa_node=_numa_node(bus), links=tuple(links)
+        )
+
     # -- events -------------------------------------------------------------------------
     def wait_for_event(self, timeout_s: float) -> GpuEvent | None:
         if self._event_set is None:
@@ -373,3 +469,107 @@ class RealNvml(Nvml):
         ci = None if data.computeInstanceId == NO_ID else int(data.computeInstanceId)
         kind = EventType.GPU_LOST if xid == 79 else EventType.XID
         return GpuEvent(index, uuid, kind, xid, gi, ci)
+
+    # -- telemetry (read-only) -------------------------------------------------------------
+    def clocks(self, index: int) -> Clocks:
+        h = self._handle(index)
+        return Clocks(
+            int(_call(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)),
+            int(_call(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM)),
+        )
+
+    def temperature(self, index: int) -> int:
+        h = self._handle(index)
+        return int(_call(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU))
+
+    def memory_temperature(self, index: int) -> int:
+        (value,) = _call(
+            pynvml.nvmlDeviceGetFieldValues, self._handle(index), [pynvml.NVML_FI_DEV_MEMORY_TEMP]
+        )
+        if int(value.nvmlReturn) != 0:
+            raise errors.error_for_code(int(value.nvmlReturn), f"GPU {index}: memory temperature")
+        return int(_field_number(value))
+
+    def power_usage(self, index: int) -> float:
+        return int(_call(pynvml.nvmlDeviceGetPowerUsage, self._handle(index))) / 1000.0
+
+    def total_energy(self, index: int) -> int:
+        return int(_call(pynvml.nvmlDeviceGetTotalEnergyConsumption, self._handle(index)))
+
+    def pcie_replay_count(self, index: int) -> int:
+        return int(_call(pynvml.nvmlDeviceGetPcieReplayCounter, self._handle(index)))
+
+    def encoder_utilization(self, index: int) -> int:
+        return int(_call(pynvml.nvmlDeviceGetEncoderUtilization, self._handle(index))[0])
+
+    def decoder_utilization(self, index: int) -> int:
+        return int(_call(pynvml.nvmlDeviceGetDecoderUtilization, self._handle(index))[0])
+
+    def remapped_rows(self, index: int) -> RemappedRows:
+        corr, unc, pending, failed = _call(pynvml.nvmlDeviceGetRemappedRows, self._handle(index))
+        return RemappedRows(int(corr), int(unc), bool(pending), bool(failed))
+
+    def _mig_handle(self, index: int, gpu_instance_id: int) -> Any:
+        h = self._handle(index)
+        for i in range(int(_call(pynvml.nvmlDeviceGetMaxMigDeviceCount, h))):
+            try:
+                mh = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+            except pynvml.NVMLError as exc:
+                if int(exc.value) == errors.NotFound.code:
+                    continue
+                raise errors.error_for_code(int(exc.value), str(exc)) from None
+            if int(_call(pynvml.nvmlDeviceGetGpuInstanceId, mh)) == gpu_instance_id:
+                return mh
+        raise errors.NotFound(f"GPU {index}: no MIG device in GPU instance {gpu_instance_id}")
+
+    def gpu_instance_memory(self, index: int, gpu_instance_id: int) -> MemoryInfo:
+        return self._memory(self._mig_handle(index, gpu_instance_id))
+
+    def activity(self, index: int, gpu_instance_id: int | None = None) -> Activity:
+        """GPM metrics between this read and the previous one of the same GPU or instance.
+
+        The first read of each only takes a sample and raises NotSupported.
+        """
+        h = self._handle(index)
+        if index not in self._gpm_supported:
+            support = _call(pynvml.nvmlGpmQueryDeviceSupport, h)
+            self._gpm_supported[index] = bool(support.isSupportedDevice)
+        if not self._gpm_supported[index]:
+            raise errors.NotSupported(f"GPU {index}: no GPU performance monitoring (GPM)")
+        sample = _call(pynvml.nvmlGpmSampleAlloc)
+        try:
+            if gpu_instance_id is None:
+                _call(pynvml.nvmlGpmSampleGet, h, sample)
+            else:
+                _call(pynvml.nvmlGpmMigSampleGet, h, gpu_instance_id, sample)
+        except BaseException:
+            _call(pynvml.nvmlGpmSampleFree, sample)
+            raise
+        key = (index, gpu_instance_id)
+        previous = self._gpm_samples.get(key)
+        self._gpm_samples[key] = sample
+        if previous is None:
+            raise errors.NotSupported(f"GPU {index}: first GPM sample taken, figures follow")
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(GPM_METRICS)
+        request.sample1 = previous
+        request.sample2 = sample
+        for i, (_, metric_id, _) in enumerate(GPM_METRICS):
+            request.metrics[i].metricId = metric_id
+        try:
+            _call(pynvml.nvmlGpmMetricsGet, request)
+        finally:
+            _call(pynvml.nvmlGpmSampleFree, previous)
+        values: dict[str, float] = {}
+        for i, (name, _, scale) in enumerate(GPM_METRICS):
+            metric = request.metrics[i]
+            if int(metric.nvmlReturn) == 0:
+                values[name] = float(metric.value) * scale
+        return Activity(**values)
+
+
+def _field_number(value: Any) -> float:
+    """The number in an nvmlFieldValue_t, read by its value type."""
+    member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+    return float(getattr(value.value, member.get(int(value.valueType), "ullVal")))

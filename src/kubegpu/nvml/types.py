@@ -116,10 +116,11 @@ class MigDeviceInfo:
 class MemoryInfo:
     total_mib: int
     used_mib: int
+    reserved_mib: int = 0  # held by the driver and firmware (nvmlMemory_v2_t.reserved)
 
     @property
     def free_mib(self) -> int:
-        return self.total_mib - self.used_mib
+        return self.total_mib - self.used_mib - self.reserved_mib
 
 
 @dataclass(frozen=True)
@@ -149,3 +150,108 @@ class GpuEvent:
     xid: int
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+
+
+# -- telemetry (what a metrics exporter reads) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Clocks:
+    sm_mhz: int
+    memory_mhz: int
+
+
+@dataclass(frozen=True)
+class RemappedRows:
+    """nvmlDeviceGetRemappedRows: rows remapped after memory errors."""
+
+    correctable: int
+    uncorrectable: int
+    pending: bool
+    failed: bool
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Profiling ratios (0.0-1.0) and PCIe rates of a GPU or one GPU instance.
+
+    On hardware these come from GPU Performance Monitoring (GPM, Hopper and newer); None
+    marks a figure the GPU cannot measure.
+    """
+
+    graphics_active: float | None = None  # any graphics/compute context busy
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    fp64_active: float | None = None
+    fp32_active: float | None = None
+    fp16_active: float | None = None
+    pcie_tx_bytes_per_s: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuInstanceSample:
+    """One MIG GPU instance's share of a device sample."""
+
+    gpu_instance_id: int
+    profile_id: int
+    profile: str  # GPU-instance profile name, e.g. "1g.18gb"
+    memory: MemoryInfo | None
+    activity: Activity
+    mig_device_uuids: tuple[str, ...]  # the MIG devices (compute instances) inside it
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    """One reading of a GPU's telemetry. None marks a value this GPU cannot report."""
+
+    index: int
+    clocks: Clocks | None = None
+    gpu_temp_c: int | None = None
+    memory_temp_c: int | None = None
+    power_w: float | None = None
+    energy_mj: int | None = None  # since the driver was loaded
+    pcie_replays: int | None = None
+    utilization: Utilization | None = None
+    encoder_percent: int | None = None
+    decoder_percent: int | None = None
+    memory: MemoryInfo | None = None
+    remapped_rows: RemappedRows | None = None
+    activity: Activity = Activity()
+    mig_enabled: bool = False
+    gpu_instances: tuple[GpuInstanceSample, ...] = ()
+
+
+# -- topology (what the device plugin's preferred allocation reads) ----------------------
+
+
+class TopologyLevel(Enum):
+    """nvmlGpuTopologyLevel_t: the closest PCIe ancestor two GPUs share (lower is closer)."""
+
+    INTERNAL = 0  # the same board (a multi-GPU card)
+    SINGLE = 10  # one PCIe switch
+    MULTIPLE = 20  # several PCIe switches, no host bridge in between
+    HOSTBRIDGE = 30  # the same host bridge
+    NODE = 40  # the same NUMA node / CPU, across host bridges
+    SYSTEM = 50  # across CPUs (the SMP interconnect)
+
+
+@dataclass(frozen=True)
+class GpuLink:
+    """How one GPU reaches a peer: the PCIe path and the active NVLinks between them."""
+
+    peer: int  # index of the other GPU
+    level: TopologyLevel
+    nvlinks: int = 0
+
+
+@dataclass(frozen=True)
+class GpuTopology:
+    """Where a GPU sits: its device node, NUMA node and links to every other GPU."""
+
+    index: int
+    minor_number: int  # N of /dev/nvidiaN
+    numa_node: int | None  # None when the platform does not say
+    links: tuple[GpuLink, ...] = ()

@@ -15,10 +15,18 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 RESOURCE_PREFIX = "nvidia.com"
 SHARED_SUFFIX = ".shared"
@@ -47,12 +55,19 @@ def resource_name(name: str) -> str:
     return full
 
 
+# Booleans and counts are taken as the file writes them: `"true"` or `"4"` in quotes is a
+# type error, as it is for upstream's Go JSON decoder (pydantic would otherwise coerce).
+StrictBool = Annotated[bool, Strict()]
+StrictInt = Annotated[int, Strict()]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    # Only the file's camelCase keys are accepted: `mig_strategy` is an unknown field.
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class PluginFlags(_Strict):
-    pass_device_specs: bool = Field(False, alias="passDeviceSpecs")
+    pass_device_specs: StrictBool = Field(False, alias="passDeviceSpecs")
     device_list_strategy: tuple[str, ...] = Field(("envvar",), alias="deviceListStrategy")
     device_id_strategy: Literal["uuid", "index"] = Field("uuid", alias="deviceIDStrategy")
     cdi_annotation_prefix: str = Field("cdi.k8s.io/", alias="cdiAnnotationPrefix")
@@ -83,10 +98,15 @@ class PluginFlags(_Strict):
     def cdi_enabled(self) -> bool:
         return any(s.startswith("cdi-") for s in self.device_list_strategy)
 
+    @property
+    def only_cdi(self) -> bool:
+        """Every strategy is a CDI one: no env var or mount lists the devices."""
+        return all(s.startswith("cdi-") for s in self.device_list_strategy)
+
 
 class GfdFlags(_Strict):
-    oneshot: bool = False
-    no_timestamp: bool = Field(False, alias="noTimestamp")
+    oneshot: StrictBool = False
+    no_timestamp: StrictBool = Field(False, alias="noTimestamp")
     sleep_interval: str = Field("60s", alias="sleepInterval")
     output_file: str = Field(
         "/etc/kubernetes/node-feature-discovery/features.d/gfd", alias="outputFile"
@@ -103,14 +123,14 @@ class GfdFlags(_Strict):
 
 class Flags(_Strict):
     mig_strategy: Literal["none", "single", "mixed"] = Field("none", alias="migStrategy")
-    fail_on_init_error: bool = Field(True, alias="failOnInitError")
+    fail_on_init_error: StrictBool = Field(True, alias="failOnInitError")
     nvidia_driver_root: str = Field("/", alias="nvidiaDriverRoot")
     nvidia_dev_root: str | None = Field(None, alias="nvidiaDevRoot")
     mps_root: str | None = Field(None, alias="mpsRoot")
-    gds_enabled: bool = Field(False, alias="gdsEnabled")
-    mofed_enabled: bool = Field(False, alias="mofedEnabled")
-    gdrcopy_enabled: bool = Field(False, alias="gdrcopyEnabled")
-    use_node_feature_api: bool | None = Field(None, alias="useNodeFeatureAPI")
+    gds_enabled: StrictBool = Field(False, alias="gdsEnabled")
+    mofed_enabled: StrictBool = Field(False, alias="mofedEnabled")
+    gdrcopy_enabled: StrictBool = Field(False, alias="gdrcopyEnabled")
+    use_node_feature_api: StrictBool | None = Field(None, alias="useNodeFeatureAPI")
     device_discovery_strategy: Literal["auto", "nvml", "tegra", "vfio"] = Field(
         "auto", alias="deviceDiscoveryStrategy"
     )
@@ -149,7 +169,7 @@ class ReplicatedResource(_Strict):
     name: str
     rename: str | None = None
     devices: Literal["all"] | int | tuple[DeviceRef, ...] = "all"
-    replicas: int
+    replicas: StrictInt
 
     @field_validator("name")
     @classmethod
@@ -177,7 +197,11 @@ class ReplicatedResource(_Strict):
             raise ValueError(f"devices {value!r}: expected 'all', a count or a list")
         if isinstance(value, int) and value <= 0:
             raise ValueError(f"devices count {value} must be > 0")
-        if isinstance(value, list):
+        if not isinstance(value, str | int | list | tuple):
+            raise ValueError(f"devices {value!r}: expected 'all', a count or a list")
+        if isinstance(value, list | tuple) and not value:
+            raise ValueError("devices: the list is empty (leave the field out to mean 'all')")
+        if isinstance(value, list | tuple):
             for item in value:
                 ok = (isinstance(item, int) and not isinstance(item, bool) and item >= 0) or (
                     isinstance(item, str)
@@ -195,8 +219,10 @@ class ReplicatedResource(_Strict):
 
 
 class ReplicatedResources(_Strict):
-    rename_by_default: bool = Field(False, alias="renameByDefault")
-    fail_requests_greater_than_one: bool | None = Field(None, alias="failRequestsGreaterThanOne")
+    rename_by_default: StrictBool = Field(False, alias="renameByDefault")
+    fail_requests_greater_than_one: StrictBool | None = Field(
+        None, alias="failRequestsGreaterThanOne"
+    )
     resources: tuple[ReplicatedResource, ...]
 
     @field_validator("resources")
@@ -225,7 +251,7 @@ class Sharing(_Strict):
 
 class Imex(_Strict):
     channel_ids: tuple[int, ...] = Field((), alias="channelIDs")
-    required: bool = False
+    required: StrictBool = False
 
     @field_validator("channel_ids")
     @classmethod
@@ -307,8 +333,14 @@ def _where(loc: tuple[int | str, ...]) -> str:
     return f"field {path}" if path else "config"
 
 
-def parse_config(text: str, source: str = "<config>") -> PluginConfig:
-    """Parse a config file's text (YAML or JSON). An empty file is the default config."""
+def parse_config(
+    text: str, source: str = "<config>", overrides: Mapping[str, Any] | None = None
+) -> PluginConfig:
+    """Parse a config file's text (YAML or JSON). An empty file is the default config.
+
+    `overrides` (flag/env values, keys as in ENV_OVERRIDES) are applied before the file is
+    validated, so a flag can supply what the file leaves out (e.g. `--mps-root`).
+    """
     try:
         data: Any = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -321,6 +353,12 @@ def parse_config(text: str, source: str = "<config>") -> PluginConfig:
         data = {}
     if not isinstance(data, dict):
         raise SharingConfigError(f"{source}: expected a mapping, got {type(data).__name__}")
+    if overrides:
+        _merge(data, overrides, source)
+    return _validate(data, source)
+
+
+def _validate(data: dict[str, Any], source: str) -> PluginConfig:
     try:
         return PluginConfig.model_validate(data)
     except ValidationError as exc:
@@ -332,10 +370,10 @@ def parse_config(text: str, source: str = "<config>") -> PluginConfig:
         raise SharingConfigError(f"{source}: {where}{shown}: {message}") from None
 
 
-def load_config(path: str | Path) -> PluginConfig:
+def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> PluginConfig:
     p = Path(path)
     try:
-        return parse_config(p.read_text(), str(p))
+        return parse_config(p.read_text(), str(p), overrides)
     except OSError as exc:
         raise SharingConfigError(f"{p}: cannot read: {exc.strerror}") from None
 
@@ -356,32 +394,55 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
 }
 
 
+BOOL_OVERRIDES = frozenset(
+    {"FAIL_ON_INIT_ERROR", "GDS_ENABLED", "MOFED_ENABLED", "GDRCOPY_ENABLED", "PASS_DEVICE_SPECS"}
+)
+_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+
+def parse_bool(text: str) -> bool | None:
+    """A boolean flag or env value as Go's strconv.ParseBool reads it; None when it is not one."""
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    return None
+
+
 def with_overrides(
     config: PluginConfig, values: Mapping[str, Any], source: str = "flags"
 ) -> PluginConfig:
     """A copy of `config` with explicit flag/env values (keys as in ENV_OVERRIDES) applied."""
     data = config.model_dump(by_alias=True, mode="json")
+    _merge(data, values, source)
+    return _validate(data, source)
+
+
+def _merge(data: dict[str, Any], values: Mapping[str, Any], source: str) -> None:
+    """Put flag/env values into a config document (flag > env > file, as upstream)."""
     for key, raw in values.items():
         if raw is None:
             continue
         value: Any = raw
         path = ENV_OVERRIDES[key]
-        node = data
+        node: Any = data
         for part in path[:-1]:
-            node = node.setdefault(part, {})
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+            if not isinstance(node, dict):
+                break  # the file has a non-mapping here: validation refuses it below
+        if not isinstance(node, dict):
+            continue
         if key == "DEVICE_LIST_STRATEGY" and isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
-        elif isinstance(value, str) and value.lower() in {"true", "false"}:
-            value = value.lower() == "true"
+        elif key in BOOL_OVERRIDES and isinstance(value, str):
+            parsed = parse_bool(value)
+            if parsed is None:
+                raise SharingConfigError(f"{source}: {key}={value!r} is not a boolean")
+            value = parsed
         node[path[-1]] = value
-    try:
-        return PluginConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = _where(tuple(first["loc"]))
-        raise SharingConfigError(
-            f"{source}: {where}: {first['msg'].removeprefix('Value error, ')}"
-        ) from None
 
 
 def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, str]:

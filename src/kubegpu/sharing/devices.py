@@ -202,14 +202,25 @@ def advertise(gpus: Sequence[GpuFacts], config: PluginConfig) -> Advertised:
     strategy = config.sharing_strategy
     if shared is None or strategy == "none":
         return result
-    if strategy == "mps":
-        _check_mps(gpus, config, base)
+    plan: list[tuple[ReplicatedResource, list[Device], str]] = []
     for entry in shared.resources:
         devices = base.get(entry.name)
         if not devices:
             continue  # upstream: a sharing entry for a resource this node lacks is ignored
-        selected = _select(entry, devices)
         target = shared.shared_name(entry) or entry.name
+        if target != entry.name and target in base:
+            raise StrategyError(
+                f"{entry.name}: rename {target} is already a resource of this node's devices"
+            )
+        plan.append((entry, _select(entry, devices), target))
+    targets = [t for _, _, t in plan]
+    for t in targets:
+        if targets.count(t) > 1:
+            raise StrategyError(f"more than one sharing entry advertises {t}")
+    if strategy == "mps":
+        _check_mps(gpus, plan)
+    for entry, selected, target in plan:
+        devices = base[entry.name]
         untouched = [d for d in devices if d not in selected]
         replicas = [
             replace(d, id=f"{d.id}{REPLICA_SEPARATOR}{n}", replicas=entry.replicas)
@@ -224,26 +235,25 @@ def advertise(gpus: Sequence[GpuFacts], config: PluginConfig) -> Advertised:
             else:
                 del result.resources[entry.name]
                 del result.replicas[entry.name]
-            result.resources.setdefault(target, []).extend(replicas)
+            result.resources[target] = replicas
         result.replicas[target] = entry.replicas
     return result
 
 
 def _check_mps(
-    gpus: Sequence[GpuFacts], config: PluginConfig, base: dict[str, list[Device]]
+    gpus: Sequence[GpuFacts], plan: list[tuple[ReplicatedResource, list[Device], str]]
 ) -> None:
-    assert config.sharing.mps is not None
-    for g in gpus:
-        if g.mig_enabled:
-            raise StrategyError(
-                f"sharing using MPS is not supported on MIG-enabled GPUs (GPU {g.index} has MIG enabled)"
-            )
-    for entry in config.sharing.mps.resources:
-        devices = base.get(entry.name, [])
-        if any(d.mig is not None for d in devices):
-            raise StrategyError("sharing using MPS is not supported for MIG devices")
-        for d in devices:
-            g = gpus[d.gpu]
+    by_index = {g.index: g for g in gpus}
+    for entry, selected, _ in plan:
+        if any(d.mig is not None for d in selected):
+            raise StrategyError(f"{entry.name}: sharing using MPS is not supported for MIG devices")
+        for d in selected:
+            g = by_index[d.gpu]
+            if g.mig_enabled:
+                raise StrategyError(
+                    f"{entry.name}: sharing using MPS is not supported on MIG-enabled GPUs "
+                    f"(GPU {g.index} has MIG enabled)"
+                )
             limit = (
                 MPS_MAX_CLIENTS_VOLTA_PLUS
                 if g.compute_capability >= (7, 5)

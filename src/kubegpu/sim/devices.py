@@ -65,6 +65,8 @@ class DeviceManager:
         # (pod uid, container) -> allocation; kept across plugin restarts like kubelet's checkpoint
         self.allocations: dict[tuple[str, str], ContainerAllocation] = {}
         self._lock = asyncio.Lock()
+        # called after allocations change (the node marks allocated GPUs busy)
+        self.on_allocations: Callable[[], None] | None = None
 
     @property
     def socket(self) -> Path:
@@ -210,6 +212,8 @@ class DeviceManager:
                 result.annotations.update(car.annotations)
                 result.cdi_devices += [c.name for c in car.cdi_devices]
             self.allocations[key] = result
+            if self.on_allocations is not None:
+                self.on_allocations()
             return result
 
     async def _preferred(
@@ -236,8 +240,11 @@ class DeviceManager:
         return ids
 
     def release(self, pod_uid: str) -> None:
-        for key in [k for k in self.allocations if k[0] == pod_uid]:
+        keys = [k for k in self.allocations if k[0] == pod_uid]
+        for key in keys:
             del self.allocations[key]
+        if keys and self.on_allocations is not None:
+            self.on_allocations()
 
 
 class _Registration(dp_grpc.RegistrationServicer):

@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 KUBELET_VERSION = "v1.35.8"
 LEASE_NAMESPACE = "kube-node-lease"
 NVIDIA_PCI_VENDOR = "10de"
+# A pod with this node path mounted asks for a reboot by creating the file (what the MIG
+# manager's reboot command does on a simulated node); the node removes it and reboots.
+REBOOT_REQUEST = "run/kubegpu-sim/reboot-request"
+REBOOT_POLL_S = 0.2
 
 
 def gpu_node_labels(has_gpus: bool) -> dict[str, str]:
@@ -81,6 +85,7 @@ class SimNode:
         self.devices = DeviceManager(
             self.root / "var/lib/kubelet/device-plugins", self._capacity_changed
         )
+        self.devices.on_allocations = self._allocations_changed
         self.pod_resources = PodResourcesServer(
             self.root / "var/lib/kubelet/pod-resources/kubelet.sock", self.devices, self._pod_refs
         )
@@ -93,6 +98,10 @@ class SimNode:
     @property
     def gpu_state(self) -> Path:
         return self.root / "var/lib/kubegpu-sim/gpus.json"
+
+    @property
+    def reboot_request(self) -> Path:
+        return self.root / REBOOT_REQUEST
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -125,6 +134,7 @@ class SimNode:
             asyncio.create_task(self._lease_loop(), name=f"{self.name}:lease"),
             asyncio.create_task(self._status_loop(), name=f"{self.name}:status"),
             asyncio.create_task(self._watch_pods(), name=f"{self.name}:pods"),
+            asyncio.create_task(self._reboot_requests(), name=f"{self.name}:reboot"),
         ]
 
     async def stop(self) -> None:
@@ -356,6 +366,35 @@ class SimNode:
         await self._push_status()
         for runner in list(self.runners.values()):
             await runner.restart_all()
+
+    async def _reboot_requests(self) -> None:
+        self.reboot_request.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            await asyncio.sleep(REBOOT_POLL_S)
+            if self.reboot_request.exists():
+                self.reboot_request.unlink(missing_ok=True)
+                log.warning("node %s: reboot requested through %s", self.name, REBOOT_REQUEST)
+                try:
+                    await self.reboot()
+                except Exception:  # the next request may succeed; never stop listening
+                    log.exception("node %s: reboot failed", self.name)
+
+    def _allocations_changed(self) -> None:
+        """GPUs and MIG devices held by pods run a synthetic load on the simulated GPUs, so
+        their telemetry (utilisation, memory, power...) reflects what is allocated."""
+        if self.nvml is None:
+            return
+        held: dict[str, int] = {}
+        for allocation in self.devices.allocations.values():
+            for ids in allocation.devices.values():
+                for device_id in ids:
+                    uuid = device_id.partition("::")[0]  # a shared replica <uuid>::<n>
+                    if uuid.startswith(("GPU-", "MIG-")):
+                        held[uuid] = held.get(uuid, 0) + 1
+        try:
+            self.nvml.set_busy(held)
+        except Exception as exc:  # telemetry only; never fail an admission for it
+            log.warning("node %s: cannot mark allocated GPUs busy: %s", self.name, exc)
 
     def _gpus(self) -> SimNvml:
         if self.nvml is None:

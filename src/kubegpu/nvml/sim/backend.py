@@ -11,7 +11,7 @@ on ties. That reproduces the MIG guide's known issue: on an A100, creating
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -26,6 +26,7 @@ from kubegpu.catalog import (
 )
 from kubegpu.nvml import errors
 from kubegpu.nvml.interface import Nvml
+from kubegpu.nvml.sim import telemetry
 from kubegpu.nvml.sim.spec import NodeSpec, parse_spec
 from kubegpu.nvml.sim.state import (
     MAX_EVENTS,
@@ -40,24 +41,48 @@ from kubegpu.nvml.sim.state import (
 )
 from kubegpu.nvml.types import (
     Activation,
+    Activity,
+    Clocks,
     ComputeInstanceInfo,
     ComputeInstanceProfileInfo,
     DeviceInfo,
+    DeviceSample,
     EventType,
     GpuEvent,
     GpuInstanceInfo,
     GpuInstanceProfileInfo,
+    GpuInstanceSample,
+    GpuLink,
+    GpuTopology,
     MemoryInfo,
     MigDeviceInfo,
     MigMode,
     Placement,
     ProcessInfo,
+    RemappedRows,
     SystemInfo,
+    TopologyLevel,
     Utilization,
 )
 
 T = TypeVar("T")
 XID_FALLEN_OFF_BUS = 79
+# Simulated topology: models built as NVLink-connected boards (SXM/HGX, NVL bridges,
+# Grace superchips) get this many NVLinks between every pair of GPUs of the same model;
+# PCIe cards are joined only by PCIe. Either way the node has two CPUs, and the first half
+# of the GPUs hangs off CPU 0 (NUMA node 0), the second half off CPU 1.
+NVLINKS_BY_MODEL = {
+    "a100-40gb": 12,
+    "a100-80gb": 12,
+    "h100-80gb": 18,
+    "h100-nvl": 18,
+    "gh200": 18,
+    "gh200-144gb": 18,
+    "h200": 18,
+    "h200-nvl": 18,
+    "b200": 18,
+    "gb200": 18,
+}
 EVENT_POLL_S = 0.05
 
 
@@ -80,6 +105,7 @@ class SimNvml(Nvml):
 
     def __init__(self, path: Path | str) -> None:
         self.store = StateFile(Path(path))
+        self.clock: Callable[[], float] = time.time  # telemetry's time; tests may pin it
         state = self.store.read()
         self._seen_event = state["event_seq"]
 
@@ -97,6 +123,7 @@ class SimNvml(Nvml):
 
     def _change(self, fn: Callable[[NodeState], T]) -> T:
         with self.store.transaction() as state:
+            telemetry.fold_energy(state, self.clock())  # load may change below
             return fn(state)
 
     @staticmethod
@@ -174,16 +201,15 @@ class SimNvml(Nvml):
         )
 
     def memory(self, index: int) -> MemoryInfo:
-        gpu = self._gpu(self.store.read(), index)
-        used = sum(p["used_memory_mib"] for p in gpu["processes"])
-        return MemoryInfo(self._model(gpu).memory_mib, used)
+        memory = self.sample(index).memory  # processes plus busy (pod-allocated) devices
+        assert memory is not None
+        return memory
 
     def utilization(self, index: int) -> Utilization:
-        gpu = self._gpu(self.store.read(), index)
-        total = self._model(gpu).memory_mib
-        sm = min(100, sum(p["sm_percent"] for p in gpu["processes"]))
-        used = sum(p["used_memory_mib"] for p in gpu["processes"])
-        return Utilization(sm, min(100, used * 100 // total))
+        util = self.sample(index).utilization
+        if util is None:
+            raise errors.NotSupported(f"GPU {index}: no utilisation rates while MIG mode is on")
+        return util
 
     def processes(self, index: int) -> list[ProcessInfo]:
         gpu = self._gpu(self.store.read(), index)
@@ -528,6 +554,34 @@ class SimNvml(Nvml):
                 )
         return out
 
+    # -- topology -----------------------------------------------------------------------
+    def topology(self, index: int) -> GpuTopology:
+        state = self.store.read()
+        gpu = self._gpu(state, index)
+        count = len(state["gpus"])
+        half = (count + 1) // 2
+
+        def cpu(i: int) -> int:
+            return 0 if i < half else 1
+
+        links = []
+        for peer in state["gpus"]:
+            if peer["index"] == index:
+                continue
+            same_model = peer["model"] == gpu["model"]
+            links.append(
+                GpuLink(
+                    peer=peer["index"],
+                    level=TopologyLevel.NODE
+                    if cpu(peer["index"]) == cpu(index)
+                    else TopologyLevel.SYSTEM,
+                    nvlinks=NVLINKS_BY_MODEL.get(gpu["model"], 0) if same_model else 0,
+                )
+            )
+        return GpuTopology(
+            index=index, minor_number=index, numa_node=cpu(index), links=tuple(links)
+        )
+
     # -- events -------------------------------------------------------------------------
     def wait_for_event(self, timeout_s: float) -> GpuEvent | None:
         deadline = time.monotonic() + timeout_s
@@ -646,3 +700,69 @@ class SimNvml(Nvml):
 
     def raw_state(self) -> NodeState:
         return self.store.read()
+
+    # -- telemetry ------------------------------------------------------------------------
+    # One state read computes everything (kubegpu.nvml.sim.telemetry); the single-value
+    # reads pick from it.
+    def sample(self, index: int) -> DeviceSample:
+        state = self.store.read()
+        return telemetry.device_sample(state, self._gpu(state, index), self.clock())
+
+    @staticmethod
+    def _need(value: T | None, what: str, index: int) -> T:
+        if value is None:
+            raise errors.NotSupported(f"GPU {index}: {what} not reported by this model")
+        return value
+
+    def clocks(self, index: int) -> Clocks:
+        return self._need(self.sample(index).clocks, "clocks", index)
+
+    def temperature(self, index: int) -> int:
+        return self._need(self.sample(index).gpu_temp_c, "GPU temperature", index)
+
+    def memory_temperature(self, index: int) -> int:
+        return self._need(self.sample(index).memory_temp_c, "memory temperature", index)
+
+    def power_usage(self, index: int) -> float:
+        return self._need(self.sample(index).power_w, "power usage", index)
+
+    def total_energy(self, index: int) -> int:
+        return self._need(self.sample(index).energy_mj, "total energy", index)
+
+    def pcie_replay_count(self, index: int) -> int:
+        return self._need(self.sample(index).pcie_replays, "PCIe replays", index)
+
+    def encoder_utilization(self, index: int) -> int:
+        return self._need(self.sample(index).encoder_percent, "encoder utilization", index)
+
+    def decoder_utilization(self, index: int) -> int:
+        return self._need(self.sample(index).decoder_percent, "decoder utilization", index)
+
+    def remapped_rows(self, index: int) -> RemappedRows:
+        return self._need(self.sample(index).remapped_rows, "remapped rows", index)
+
+    def _instance(self, index: int, gpu_instance_id: int) -> GpuInstanceSample:
+        for gi in self.sample(index).gpu_instances:
+            if gi.gpu_instance_id == gpu_instance_id:
+                return gi
+        raise errors.NotFound(f"GPU {index}: no GPU instance {gpu_instance_id}")
+
+    def activity(self, index: int, gpu_instance_id: int | None = None) -> Activity:
+        if gpu_instance_id is None:
+            return self.sample(index).activity
+        return self._instance(index, gpu_instance_id).activity
+
+    def gpu_instance_memory(self, index: int, gpu_instance_id: int) -> MemoryInfo:
+        memory = self._instance(index, gpu_instance_id).memory
+        return self._need(memory, "GPU-instance memory", index)
+
+    def set_busy(self, devices: Mapping[str, int]) -> None:
+        """The devices (GPU or MIG UUIDs) allocated to pods, and how many allocations hold
+        each; set by the simulated kubelet. A busy device runs a synthetic workload."""
+        marks = {uuid: int(n) for uuid, n in sorted(devices.items()) if n > 0}
+
+        def change(state: NodeState) -> None:
+            state["busy"] = marks
+
+        if self.store.read().get("busy", {}) != marks:
+            self._change(change)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from filelock import FileLock
 
@@ -58,6 +59,9 @@ class GpuState(TypedDict):
     lost: bool
     gpu_instances: list[GiState]
     processes: list[ProcState]
+    # telemetry bookkeeping (absent in older files): energy booked up to `energy_at`
+    energy_mj: NotRequired[float]
+    energy_at: NotRequired[float]
 
 
 class EventState(TypedDict):
@@ -79,9 +83,14 @@ class NodeState(TypedDict):
     event_seq: int
     events: list[EventState]
     gpus: list[GpuState]
+    # GPU or MIG device UUID -> how many pod allocations hold it (set by the sim kubelet)
+    busy: NotRequired[dict[str, int]]
 
 
 MAX_EVENTS = 256
+# How often a waiting reader retries the lock. Holders keep it for well under a
+# millisecond, so filelock's default (50 ms) would turn every collision into a stall.
+LOCK_POLL_S = 0.001
 
 
 def _uuid(seed: str, *parts: object) -> uuid.UUID:
@@ -105,6 +114,8 @@ def new_state(spec: NodeSpec, seed: str) -> NodeState:
                 lost=False,
                 gpu_instances=[],
                 processes=[],
+                energy_mj=0.0,
+                energy_at=time.time(),
             )
         )
     major, _, minor = spec.cuda.partition(".")
@@ -143,13 +154,13 @@ class StateFile:
                 self._write(new_state(spec, seed))
 
     def read(self) -> NodeState:
-        with self._lock:
+        with self._lock.acquire(poll_interval=LOCK_POLL_S):
             return self._read()
 
     @contextmanager
     def transaction(self) -> Iterator[NodeState]:
         """Hold the lock; write the state back if the block finishes without an exception."""
-        with self._lock:
+        with self._lock.acquire(poll_interval=LOCK_POLL_S):
             state = self._read()
             yield state
             state["serial"] += 1

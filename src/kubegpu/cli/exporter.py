@@ -1,0 +1,139 @@
+"""`kubegpu exporter`: GPU metrics for Prometheus, with DCGM exporter's names, labels and flags.
+
+kubegpu exporter --nvml sim:/tmp/n.json --sim-node h200:8 -a 127.0.0.1:9400
+curl -s localhost:9400/metrics
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import typer
+
+from kubegpu.cli.options import NVML_OPTION, SIM_NODE_OPTION, fail, nvml_from
+from kubegpu.exporter import (
+    DEFAULT_ADDRESS,
+    AddressError,
+    CountersError,
+    Exporter,
+    ExporterConfig,
+    load_counters,
+    parse_address,
+)
+from kubegpu.kube.kubelet import POD_RESOURCES_SOCKET
+
+log = logging.getLogger("kubegpu.exporter")
+
+
+def exporter(
+    collectors: Path | None = typer.Option(
+        None,
+        "--collectors",
+        "-f",
+        envvar="DCGM_EXPORTER_COLLECTORS",
+        help="Counters file (DCGM exporter's CSV: field, type, help); default: the built-in set.",
+    ),
+    address: str = typer.Option(
+        DEFAULT_ADDRESS,
+        "--address",
+        "-a",
+        envvar="DCGM_EXPORTER_LISTEN",
+        help="Listen address, HOST:PORT (HOST empty: every interface; '[::]:9400' for IPv6).",
+    ),
+    collect_interval_ms: int = typer.Option(
+        30000,
+        "--collect-interval",
+        "-c",
+        envvar="DCGM_EXPORTER_INTERVAL",
+        min=0,
+        help="Read the GPUs at most this often, in ms; a scrape gets the latest reading.",
+    ),
+    kubernetes: bool = typer.Option(
+        False,
+        "--kubernetes",
+        "-k",
+        envvar="DCGM_EXPORTER_KUBERNETES",
+        help="Add pod, namespace and container labels from the kubelet's pod-resources API.",
+    ),
+    pod_resources_socket: Path = typer.Option(
+        Path(POD_RESOURCES_SOCKET),
+        "--pod-resources-kubelet-socket",
+        envvar="DCGM_POD_RESOURCES_KUBELET_SOCKET",
+        help="The kubelet's pod-resources socket.",
+    ),
+    virtual_gpus: bool = typer.Option(
+        False,
+        "--kubernetes-virtual-gpus",
+        envvar="KUBERNETES_VIRTUAL_GPUS",
+        help="Shared GPUs: one copy of each series per pod, with a vgpu label.",
+    ),
+    resource_names: str = typer.Option(
+        "",
+        "--nvidia-resource-names",
+        envvar="NVIDIA_RESOURCE_NAMES",
+        help="More resource names to attribute, comma-separated (nvidia.com/gpu, "
+        "nvidia.com/gpu.shared and nvidia.com/mig-* always are).",
+    ),
+    no_hostname: bool = typer.Option(
+        False, "--no-hostname", "-n", help="Leave out the Hostname label."
+    ),
+    replace_blanks: bool = typer.Option(
+        False, "--replace-blanks-in-model-name", help="modelName with '-' instead of spaces."
+    ),
+    node_name: str | None = typer.Option(
+        None, "--node-name", envvar="NODE_NAME", help="The Hostname label (default: host name)."
+    ),
+    nvml: str | None = NVML_OPTION,
+    sim_node: str | None = SIM_NODE_OPTION,
+) -> None:
+    """Serve GPU metrics on /metrics (and /health), as NVIDIA's DCGM exporter does."""
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        parse_address(address)
+        counters = load_counters(collectors)
+    except (AddressError, CountersError) as exc:
+        fail(str(exc))
+    config = ExporterConfig(
+        address=address,
+        counters=counters,
+        collect_interval_s=collect_interval_ms / 1000,
+        kubernetes=kubernetes,
+        pod_resources_socket=pod_resources_socket,
+        hostname=node_name,
+        no_hostname=no_hostname,
+        replace_blanks_in_model_name=replace_blanks,
+        virtual_gpus=virtual_gpus,
+        nvidia_resource_names=tuple(n.strip() for n in resource_names.split(",") if n.strip()),
+    )
+    gpus = nvml_from(nvml, sim_node)
+
+    async def main() -> None:
+        server = Exporter(config, gpus)
+        try:
+            await server.start()
+        except OSError as exc:
+            fail(f"cannot listen on {address}: {exc.strerror or exc}")
+        # everything loaded so far lives as long as the process: keep it out of the cyclic
+        # garbage collector's full passes, which would otherwise stall scrapes
+        gc.freeze()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await server.stop()
+        log.info("exporter stopped")
+
+    try:
+        asyncio.run(main())
+    finally:
+        gpus.close()

@@ -1,0 +1,160 @@
+"""`kubegpu mig-manager`: the MIG manager, with nvidia-mig-manager's flags and environment."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+import signal
+from pathlib import Path
+
+import typer
+
+from kubegpu.cli.feature_discovery import configure_logging, kube_client
+from kubegpu.cli.options import NVML_OPTION, SIM_NODE_OPTION, fail, nvml_from
+from kubegpu.mig_manager import DEFAULT_OPERANDS, MigManager, MigManagerSettings
+from kubegpu.mig_manager.settings import FIELD_MANAGER
+from kubegpu.nvml import Nvml
+
+log = logging.getLogger("kubegpu.mig_manager")
+
+
+def mig_manager(
+    nvml: str | None = NVML_OPTION,
+    sim_node: str | None = SIM_NODE_OPTION,
+    node_name: str = typer.Option(
+        ..., "--node-name", envvar="NODE_NAME", help="This node (the only Node watched)."
+    ),
+    namespace: str = typer.Option(
+        "default",
+        "--namespace",
+        envvar=["OPERATOR_NAMESPACE", "DEFAULT_GPU_CLIENTS_NAMESPACE", "POD_NAMESPACE"],
+        help="The operator's namespace: where the generated <node>-mig-config ConfigMap lives.",
+    ),
+    pod_name: str | None = typer.Option(
+        None, "--pod-name", envvar="POD_NAME", help="This pod: owner of the generated ConfigMap."
+    ),
+    config_file: Path | None = typer.Option(
+        None,
+        "--config-file",
+        envvar="CONFIG_FILE",
+        help="mig-parted config (a mounted ConfigMap); default: generated from the GPUs.",
+    ),
+    config_map: str | None = typer.Option(
+        None,
+        "--config-map",
+        envvar="CONFIG_MAP",
+        help="Or read the mig-parted config from this ConfigMap (key config.yaml).",
+    ),
+    default_config_file: Path | None = typer.Option(
+        None,
+        "--default-config-file",
+        envvar="DEFAULT_CONFIG_FILE",
+        help="Layouts to offer when none can be generated from this node's GPUs.",
+    ),
+    with_reboot: bool = typer.Option(
+        False,
+        "--with-reboot/--no-with-reboot",
+        envvar="WITH_REBOOT",
+        help="Reboot the node when a MIG mode change needs it.",
+    ),
+    reboot_command: str = typer.Option(
+        "chroot /host reboot",
+        "--reboot-command",
+        envvar="REBOOT_COMMAND",
+        help="How to reboot the node (a simulated node: touch <root>/run/kubegpu-sim/reboot-request).",
+    ),
+    cdi_enabled: bool = typer.Option(
+        False,
+        "--cdi-enabled/--no-cdi-enabled",
+        envvar="CDI_ENABLED",
+        help="Rewrite the management CDI spec after each change.",
+    ),
+    cdi_dir: Path = typer.Option(Path("/var/run/cdi"), "--cdi-dir", envvar="CDI_DIR"),
+    pod_resources_socket: str = typer.Option(
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "--pod-resources-socket",
+        envvar="POD_RESOURCES_SOCKET",
+        help="The kubelet's pod-resources API, to see which pods hold GPUs ('' to not check).",
+    ),
+    busy_gpus: str = typer.Option(
+        "refuse",
+        "--busy-gpus",
+        envvar="BUSY_GPUS",
+        help="refuse (default) or proceed when a workload pod holds a GPU that must change.",
+    ),
+    operands: str = typer.Option(
+        ",".join(DEFAULT_OPERANDS),
+        "--operands",
+        envvar="GPU_OPERANDS",
+        help="Operands paused through nvidia.com/gpu.deploy.<operand> during a change.",
+    ),
+    pods_timeout: float = typer.Option(
+        300.0, "--pods-timeout", help="Seconds to wait for the paused operands' pods to go."
+    ),
+    reboot_timeout: float = typer.Option(
+        600.0, "--reboot-timeout", help="Seconds to wait for the node to reboot."
+    ),
+    poll_interval: float = typer.Option(1.0, "--poll-interval", help="Seconds between checks."),
+    with_shutdown_host_gpu_clients: bool = typer.Option(
+        False,
+        "--with-shutdown-host-gpu-clients/--no-with-shutdown-host-gpu-clients",
+        envvar="WITH_SHUTDOWN_HOST_GPU_CLIENTS",
+        help="Accepted for compatibility; kubegpu does not stop host systemd services.",
+    ),
+    gpu_clients_file: str | None = typer.Option(
+        None, "--gpu-clients-file", envvar="GPU_CLIENTS_FILE", help="Accepted and ignored."
+    ),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="Outside a pod: the kubeconfig to use."
+    ),
+) -> None:
+    """Apply the MIG layout named by the node's nvidia.com/mig.config label, safely."""
+    configure_logging()
+    if busy_gpus not in {"refuse", "proceed"}:
+        fail(f"--busy-gpus {busy_gpus!r}: use refuse or proceed")
+    if config_file is not None and config_map is not None:
+        fail("give --config-file or --config-map, not both")
+    if with_shutdown_host_gpu_clients or gpu_clients_file:
+        log.warning(
+            "WITH_SHUTDOWN_HOST_GPU_CLIENTS / GPU_CLIENTS_FILE are ignored: kubegpu pauses "
+            "GPU clients only through their nvidia.com/gpu.deploy.* labels, never host services"
+        )
+    command = tuple(shlex.split(reboot_command))
+    if with_reboot and not command:
+        fail("--with-reboot needs a --reboot-command")
+    settings = MigManagerSettings(
+        node_name=node_name,
+        namespace=namespace,
+        config_file=config_file,
+        config_map=config_map,
+        default_config_file=default_config_file,
+        pod_name=pod_name,
+        operands=tuple(o.strip() for o in operands.split(",") if o.strip()),
+        with_reboot=with_reboot,
+        reboot_command=command,
+        reboot_timeout_s=reboot_timeout,
+        pods_timeout_s=pods_timeout,
+        poll_s=poll_interval,
+        pod_resources_socket=Path(pod_resources_socket) if pod_resources_socket else None,
+        busy_gpus="proceed" if busy_gpus == "proceed" else "refuse",
+        cdi_enabled=cdi_enabled,
+        cdi_dir=cdi_dir,
+    )
+    gpus = nvml_from(nvml, sim_node)
+    try:
+        asyncio.run(_run(settings, gpus, kubeconfig))
+    finally:
+        gpus.close()
+
+
+async def _run(settings: MigManagerSettings, gpus: Nvml, kubeconfig: Path | None) -> None:
+    client = kube_client(kubeconfig, FIELD_MANAGER)
+    manager = MigManager(settings, client, gpus)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, manager.stop)
+    loop.add_signal_handler(signal.SIGINT, manager.stop)
+    try:
+        await manager.run()
+    finally:
+        await client.close()

@@ -1,0 +1,173 @@
+"""`kubegpu plan`: match cards, sharing methods and MIG layouts to a workload mix.
+
+Exit codes: 0 every replica placed; 1 bad input (file, field, model or value); 2 bad
+command line; 3 a partial plan: some replicas are left over (the plan is still printed and
+written, with what is left and why).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kubegpu.cli.options import fail
+from kubegpu.plan import Plan, PlanInputError, load_input, make_plan, plan_json, render
+from kubegpu.plan.rules import RULES
+
+EXIT_PARTIAL = 3
+
+console = Console(highlight=False)
+
+
+def _node_table(plan: Plan) -> Table:
+    table = Table(
+        "node", "GPUs", "MIG strategy", "sharing", "per-GPU layout", "labels", title="Nodes"
+    )
+    for n in plan.nodes:
+        texts = []
+        for g in n.gpus:
+            if g.role == "mig":
+                text = " + ".join(f"{k}x{p}" for p, k in sorted(g.mig.items()))
+            elif g.role == "shared":
+                text = f"shared x{g.replicas}"
+            else:
+                text = g.role
+            texts.append((g.index, text))
+        layout = []
+        i = 0
+        while i < len(texts):  # runs of GPUs alike on one line: "0-3: 7x1g.18gb"
+            j = i
+            while j + 1 < len(texts) and texts[j + 1][1] == texts[i][1]:
+                j += 1
+            first, last = texts[i][0], texts[j][0]
+            span = str(first) if first == last else f"{first}-{last}"
+            layout.append(f"{span}: {texts[i][1]}")
+            i = j + 1
+        title = n.name + (f" [buy {n.bought}]" if n.bought else "")
+        sharing = "none" if n.sharing == "none" else f"{n.sharing} x{n.replicas}"
+        labels = "\n".join(f"{k}={v}" for k, v in sorted(n.labels.items()))
+        table.add_row(title, n.models(), n.mig_strategy, sharing, "\n".join(layout), labels)
+    return table
+
+
+def _workload_table(plan: Plan) -> Table:
+    table = Table(
+        "workload", "method", "request (per replica)", "placed", "where", title="Workloads"
+    )
+    for w in plan.workloads:
+        method = (w.method or "-") + (f" {w.profile}" if w.profile else "")
+        request = ", ".join(f"{k}: {v}" for k, v in w.resources.items()) or "-"
+        placed = f"{w.placed}/{w.replicas}" + (f" [red]({w.left} left)[/red]" if w.left else "")
+        where = ", ".join(f"{n} x{k}" for n, k in sorted(w.nodes.items())) or "-"
+        table.add_row(w.name, method, request, placed, where)
+    return table
+
+
+def _explain(plan: Plan) -> None:
+    console.print("[bold]Why[/bold]")
+    for subject, reasons in plan.reporter.by_subject().items():
+        console.print(f"[bold]{subject}[/bold]")
+        for r in reasons:
+            source = f" [dim]({RULES[r.rule].source})[/dim]" if r.rule in RULES else ""
+            console.print(f"  - {r.text}{source}", soft_wrap=True)
+
+
+def plan(
+    files: list[Path] = typer.Option(
+        ..., "--file", "-f", help="Input file(s): fleet or buy, workloads, options (merged)."
+    ),
+    solver: str | None = typer.Option(
+        None, "--solver", help="auto (default), exact or heuristic; overrides the file."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    explain: bool = typer.Option(False, "--explain", help="Print the reason for every decision."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Write the plan's files (ConfigMaps, values, labels) here."
+    ),
+    allow_unconfirmed_mig: bool = typer.Option(
+        False, "--allow-unconfirmed-mig", help="Plan MIG on models whose geometry is unconfirmed."
+    ),
+    mig_strategy: str | None = typer.Option(
+        None, "--mig-strategy", help="auto (single where a node allows it) or mixed."
+    ),
+) -> None:
+    """Plan which cards, sharing methods and MIG layouts serve a workload mix.
+
+    Exit codes: 0 every replica placed; 1 bad input; 2 bad command line; 3 partial plan
+    (some replicas left over; the plan is still printed and written). See docs/planner.md.
+    """
+    if solver not in (None, "auto", "exact", "heuristic"):
+        fail(f"--solver {solver!r}: use auto, exact or heuristic", code=2)
+    if mig_strategy not in (None, "auto", "mixed"):
+        fail(f"--mig-strategy {mig_strategy!r}: use auto or mixed", code=2)
+    try:
+        inp = load_input([str(f) for f in files])
+    except PlanInputError as exc:
+        fail(str(exc))
+    updates: dict[str, object] = {}
+    if allow_unconfirmed_mig:
+        updates["allow_unconfirmed_mig"] = True
+    if mig_strategy:
+        updates["mig_strategy"] = mig_strategy
+    if updates:
+        inp = inp.model_copy(update={"options": inp.options.model_copy(update=updates)})
+    method: Literal["auto", "exact", "heuristic"] | None = solver  # type: ignore[assignment]
+    try:
+        result = make_plan(inp, solver=method)
+    except ValueError as exc:
+        fail(str(exc))
+    written = render(result)
+    if out is not None:
+        for rel, text in written.items():
+            path = out / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        (out / "label-nodes.sh").chmod(0o755)
+    if as_json:
+        typer.echo(json.dumps(plan_json(result), indent=2))
+    else:
+        console.print(_workload_table(result))
+        console.print(_node_table(result))
+        for n in result.nodes:
+            for p in n.prerequisites:
+                console.print(f"[yellow]prerequisite[/yellow] {n.name}: {p}", soft_wrap=True)
+        for w in result.warnings:
+            console.print(f"[yellow]warning[/yellow] {w}", soft_wrap=True)
+        bought: dict[str, list[int]] = {}
+        for n in result.nodes:
+            if n.bought:
+                bought.setdefault(n.bought, []).append(len(n.gpus))
+        if bought:
+            parts = [
+                f"{name} x{len(cards)} ({sum(cards)} cards)"
+                for name, cards in sorted(bought.items())
+            ]
+            console.print(f"to buy: {', '.join(parts)}")
+        gpus = f"{result.gpus_used} GPUs used"
+        cost = f", cost {result.cost:,.0f}" if result.cost else ""
+        proof = (
+            "optimal"
+            if result.optimal
+            else "heuristic"
+            if result.solver == "heuristic"
+            else "best found"
+        )
+        console.print(f"{gpus}{cost}; {proof} plan ({result.note})")
+        if out is not None:
+            console.print(f"wrote {len(written)} files to {out}")
+    if explain:
+        _explain(result)
+    if not result.complete:
+        lines = []
+        for wp in result.workloads:
+            if wp.left:
+                hint = f"; would fit with: {' or '.join(wp.suggestions)}" if wp.suggestions else ""
+                lines.append(
+                    f"{wp.name}: {wp.left} of {wp.replicas} replicas left over: {wp.left_reason}{hint}"
+                )
+        fail("\n".join(lines), code=EXIT_PARTIAL)

@@ -1,0 +1,62 @@
+"""GPU events from NVML, read on a thread and handed to the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from functools import partial
+
+from kubegpu.nvml import GpuEvent, Nvml, NvmlError
+
+log = logging.getLogger(__name__)
+
+
+class EventReader:
+    """Waits for NVML events (blocking calls) on a thread; calls back on the loop."""
+
+    def __init__(
+        self,
+        nvml: Nvml,
+        loop: asyncio.AbstractEventLoop,
+        on_event: Callable[[GpuEvent], None],
+        on_error: Callable[[NvmlError], None],
+        wait_s: float = 1.0,
+    ) -> None:
+        self.nvml = nvml
+        self.loop = loop
+        self.on_event = on_event
+        self.on_error = on_error
+        self.wait_s = wait_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.wait_s + 5)
+
+    def _deliver(self, fn: Callable[[], None]) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn)
+        except RuntimeError:  # the loop closed under us: we are shutting down
+            self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                event = self.nvml.wait_for_event(self.wait_s)
+            except NvmlError as exc:
+                self._deliver(partial(self.on_error, exc))
+                self._stop.wait(self.wait_s)
+                continue
+            except Exception as exc:  # a broken backend must not kill the thread silently
+                log.exception("waiting for GPU events failed: %s", exc)
+                self._stop.wait(self.wait_s)
+                continue
+            if event is not None:
+                self._deliver(partial(self.on_event, event))

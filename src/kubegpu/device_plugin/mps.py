@@ -1,0 +1,251 @@
+"""The MPS control daemon: one MPS server per shared resource, with equal limits per replica.
+
+For every resource whose replicas are MPS clients it creates `<root>/<resource>/pipe` and
+`.../log`, starts the control daemon with its GPUs in EXCLUSIVE_PROCESS compute mode, sets
+each GPU's pinned device memory limit to `memory / replicas` and the active thread
+percentage to `100 / replicas`, then creates `<root>/<resource>/.started` (the device
+plugin registers the resource only after that) and `<root>/.ready`. It follows the same
+config (file, or named config chosen by the node label) as the plugin, and on a change
+stops the daemons that are no longer wanted before starting the new ones.
+
+Backends: `SystemMps` runs `nvidia-smi` and `nvidia-cuda-mps-control` on a real node;
+`RecordingMps` (simulated nodes) writes what it would set to `<root>/<resource>/limits.json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from lightkube import AsyncClient
+
+from kubegpu.device_plugin.nodeconfig import NodeConfig
+from kubegpu.kube.nodes import NORMAL, WARNING
+from kubegpu.nvml import Nvml, NvmlError
+from kubegpu.sharing.config import SharingConfigError
+from kubegpu.sharing.config_source import ConfigSource
+from kubegpu.sharing.devices import StrategyError, advertise
+from kubegpu.sharing.facts import read_gpus
+from kubegpu.sharing.mps import MpsResource, mps_resources
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "kubegpu-mps-control-daemon"
+STARTED = ".started"
+READY = ".ready"
+LIMITS_FILE = "limits.json"
+
+
+def commands(resource: MpsResource) -> list[str]:
+    """What is sent to nvidia-cuda-mps-control for this resource."""
+    out = [
+        f"set_default_device_pinned_mem_limit {limit.gpu} {limit.pinned_memory_mib}M"
+        for limit in resource.limits
+    ]
+    out.append(f"set_default_active_thread_percentage {resource.active_thread_percentage}")
+    return out
+
+
+class MpsBackend(Protocol):
+    def start(self, resource: MpsResource, directory: Path) -> None: ...
+
+    def stop(self, resource: MpsResource, directory: Path) -> None: ...
+
+
+class RecordingMps:
+    """Simulated nodes: record the limits a real daemon would set (`limits.json`)."""
+
+    def start(self, resource: MpsResource, directory: Path) -> None:
+        record = {
+            "resource": resource.resource,
+            "computeMode": "EXCLUSIVE_PROCESS",
+            "pipeDirectory": str(directory / "pipe"),
+            "defaultActiveThreadPercentage": resource.active_thread_percentage,
+            "devices": [
+                {
+                    "index": limit.gpu,
+                    "uuid": limit.uuid,
+                    "replicas": limit.replicas,
+                    "pinnedDeviceMemoryLimitMiB": limit.pinned_memory_mib,
+                    "activeThreadPercentage": limit.active_thread_percentage,
+                }
+                for limit in resource.limits
+            ],
+            "commands": commands(resource),
+        }
+        tmp = directory / f".{LIMITS_FILE}.tmp"
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        os.replace(tmp, directory / LIMITS_FILE)
+
+    def stop(self, resource: MpsResource, directory: Path) -> None:
+        (directory / LIMITS_FILE).unlink(missing_ok=True)
+
+
+class SystemMps:
+    """Real nodes: nvidia-smi for the compute mode, nvidia-cuda-mps-control for the rest."""
+
+    def __init__(self, control: str = "nvidia-cuda-mps-control", smi: str = "nvidia-smi") -> None:
+        self.control = control
+        self.smi = smi
+
+    def _env(self, directory: Path) -> dict[str, str]:
+        return {
+            **os.environ,
+            "CUDA_MPS_PIPE_DIRECTORY": str(directory / "pipe"),
+            "CUDA_MPS_LOG_DIRECTORY": str(directory / "log"),
+        }
+
+    def _send(self, directory: Path, line: str) -> None:
+        subprocess.run(
+            [self.control],
+            input=line + "\n",
+            text=True,
+            env=self._env(directory),
+            check=True,
+            timeout=30,
+        )
+
+    def start(self, resource: MpsResource, directory: Path) -> None:
+        for limit in resource.limits:
+            subprocess.run(
+                [self.smi, "-i", limit.uuid, "-c", "EXCLUSIVE_PROCESS"], check=True, timeout=60
+            )
+        subprocess.run([self.control, "-d"], env=self._env(directory), check=True, timeout=60)
+        for line in commands(resource):
+            self._send(directory, line)
+
+    def stop(self, resource: MpsResource, directory: Path) -> None:
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            self._send(directory, "quit")
+        for limit in resource.limits:
+            with contextlib.suppress(subprocess.SubprocessError, OSError):
+                subprocess.run(
+                    [self.smi, "-i", limit.uuid, "-c", "DEFAULT"], check=True, timeout=60
+                )
+
+
+@dataclass
+class MpsOptions:
+    mps_root: Path = Path("/run/nvidia/mps")  # where this process sees the MPS root
+    config_file: Path | None = None
+    config_dir: Path | None = None
+    default_config: str | None = None
+    node_name: str | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    poll_s: float = 1.0
+
+
+class MpsControlDaemon:
+    def __init__(
+        self,
+        nvml: Nvml,
+        options: MpsOptions,
+        backend: MpsBackend,
+        client: AsyncClient | None = None,
+    ) -> None:
+        self.nvml = nvml
+        self.options = options
+        self.backend = backend
+        self.node = NodeConfig(
+            ConfigSource(options.config_file, options.config_dir, options.default_config),
+            options.overrides,
+            node_name=options.node_name,
+            client=client,
+            component=COMPONENT,
+        )
+        self.running: dict[str, MpsResource] = {}
+        self.rejection: str | None = None
+        self.ready = asyncio.Event()
+        self._choice_key: object = None
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+
+    def _dir(self, resource: str) -> Path:
+        return self.options.mps_root / resource
+
+    async def run(self) -> None:
+        root = self.options.mps_root
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            (root / "shm").mkdir(exist_ok=True)
+            await self.node.start(self._wake)
+            while not self._stopping.is_set():
+                try:
+                    self._apply()
+                except Exception:
+                    log.exception("MPS control daemon")
+                self.ready.set()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.options.poll_s)
+                self._wake.clear()
+        finally:
+            for resource in list(self.running.values()):
+                self._stop(resource)
+            (root / READY).unlink(missing_ok=True)
+            await self.node.stop()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    def _apply(self) -> None:
+        choice = self.node.choose()
+        if choice.key == self._choice_key:
+            return
+        self._choice_key = choice.key
+        try:
+            config = self.node.load(choice)
+            gpus = read_gpus(self.nvml)
+            wanted = {r.resource: r for r in mps_resources(gpus, config, advertise(gpus, config))}
+        except (SharingConfigError, StrategyError) as exc:
+            message = str(exc) if isinstance(exc, SharingConfigError) else f"{choice.source}: {exc}"
+            self.rejection = message
+            self.node.report(WARNING, "MpsConfigRejected", f"{message}; MPS daemons unchanged")
+            return
+        except NvmlError as exc:
+            self._choice_key = None
+            log.error("cannot read the GPUs: %s", exc)
+            return
+        self.rejection = None
+        for name in [n for n, r in self.running.items() if wanted.get(n) != r]:
+            self._stop(self.running.pop(name))
+        for name, resource in wanted.items():
+            if name not in self.running:
+                self._start(resource)
+                self.running[name] = resource
+        (self.options.mps_root / READY).touch()
+        if wanted:
+            self.node.report(
+                NORMAL,
+                "MpsDaemonsStarted",
+                "; ".join(
+                    f"{r.resource}: {len(r.limits)} GPUs, {r.limits[0].replicas} replicas, "
+                    f"{r.active_thread_percentage}% threads"
+                    for r in wanted.values()
+                ),
+            )
+
+    def _start(self, resource: MpsResource) -> None:
+        directory = self._dir(resource.resource)
+        (directory / "pipe").mkdir(parents=True, exist_ok=True)
+        (directory / "log").mkdir(parents=True, exist_ok=True)
+        self.backend.start(resource, directory)
+        (directory / STARTED).touch()
+        log.info("MPS daemon for %s started: %s", resource.resource, commands(resource))
+
+    def _stop(self, resource: MpsResource) -> None:
+        directory = self._dir(resource.resource)
+        (directory / STARTED).unlink(missing_ok=True)
+        try:
+            self.backend.stop(resource, directory)
+        except Exception as exc:
+            log.warning("stopping the MPS daemon of %s: %s", resource.resource, exc)
+        log.info("MPS daemon for %s stopped", resource.resource)

@@ -1,0 +1,253 @@
+"""Reading the node's GPUs and rendering DCGM exporter's series.
+
+A `Snapshot` is one read of every GPU through NVML. Series are rendered by hand rather
+than through prometheus-client's registry, because DCGM exporter's output has two traits
+prometheus-client would change: labels in a fixed order (gpu, UUID, pci_bus_id, device,
+modelName, GPU_I_PROFILE, GPU_I_ID, Hostname, then label fields and pod labels sorted by
+name, then err_code/err_msg), and counters named without a `_total` suffix.
+
+Entities follow DCGM exporter's "flex" mode: a GPU with MIG GPU instances is represented
+by one series per GPU instance (gpu/UUID name the parent), and by no whole-GPU series.
+A GPU that cannot be read is left out (its fields are omitted, never invented) and shown as
+`kubegpu_exporter_gpu_up 0` with NVML's error; the other GPUs are still served.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from dataclasses import dataclass, field
+
+from prometheus_client.utils import floatToGoString
+
+from kubegpu.exporter import fields
+from kubegpu.exporter.counters import CounterSet
+from kubegpu.exporter.pods import DeviceIndex, EntityKey, PodInfo
+from kubegpu.exporter.xid import XidTracker, xid_name
+from kubegpu.nvml import Nvml, NvmlError
+from kubegpu.nvml.types import DeviceInfo, DeviceSample, GpuInstanceSample, SystemInfo
+
+log = logging.getLogger(__name__)
+
+HOSTNAME_LABEL = "Hostname"  # DCGM exporter's name up to 4.5.3-4.8.2 (later: "hostname")
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    index: int
+    info: DeviceInfo | None  # last known identity (kept when the GPU stops answering)
+    sample: DeviceSample | None
+    error: str | None = None  # why the GPU could not be read
+    error_code: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken_at: float  # time.monotonic()
+    system: SystemInfo | None
+    gpus: tuple[GpuReading, ...]
+    error: str | None = None  # NVML itself could not be asked
+
+
+@dataclass(frozen=True)
+class Entity:
+    """One monitored thing: a whole GPU, or one MIG GPU instance."""
+
+    key: EntityKey
+    info: DeviceInfo
+    sample: DeviceSample
+    instance: GpuInstanceSample | None
+    base_labels: str = field(repr=False)
+
+
+def escape_label(value: str) -> str:
+    return value.replace("\\", r"\\").replace('"', r"\"").replace("\n", r"\n")
+
+
+def escape_help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
+
+
+def format_value(value: float) -> str:
+    value = float(value)
+    if value.is_integer() and abs(value) < 2**63:
+        return str(int(value))
+    text: str = floatToGoString(value)  # type: ignore[no-untyped-call]
+    return text
+
+
+def labels_text(pairs: list[tuple[str, str]]) -> str:
+    return ",".join(f'{k}="{escape_label(v)}"' for k, v in pairs)
+
+
+class Collector:
+    def __init__(
+        self,
+        nvml: Nvml,
+        counters: CounterSet,
+        *,
+        hostname: str | None = None,
+        no_hostname: bool = False,
+        replace_blanks_in_model_name: bool = False,
+        xids: XidTracker | None = None,
+    ) -> None:
+        self.nvml = nvml
+        self.counters = counters
+        self.hostname = None if no_hostname else (hostname or socket.gethostname())
+        self.replace_blanks = replace_blanks_in_model_name
+        self.xids = xids
+        self._identity: dict[int, DeviceInfo] = {}
+        self._reported: dict[int, str | None] = {}
+
+    # -- reading ------------------------------------------------------------------------------
+    def read(self) -> Snapshot:
+        """Read every GPU once; a GPU that fails is recorded as failed, never raised."""
+        try:
+            system: SystemInfo | None = self.nvml.system()
+        except Exception as exc:  # only the label fields need it
+            log.debug("system info: %s", exc)
+            system = None
+        try:
+            count = self.nvml.device_count()
+        except Exception as exc:
+            log.warning("cannot count GPUs: %s", exc)
+            return Snapshot(time.monotonic(), system, (), error=str(exc))
+        return Snapshot(time.monotonic(), system, tuple(self._read_gpu(i) for i in range(count)))
+
+    def _read_gpu(self, index: int) -> GpuReading:
+        info = self._identity.get(index)
+        try:
+            if info is None:
+                info = self._identity[index] = self.nvml.device(index)
+            sample = self.nvml.sample(index)
+        except Exception as exc:  # one GPU must never take the endpoint down
+            code = exc.code if isinstance(exc, NvmlError) else 999
+            message = str(exc) or type(exc).__name__
+            if self._reported.get(index) != message:
+                log.warning("GPU %d: cannot read it, its series are omitted: %s", index, message)
+                if not isinstance(exc, NvmlError):
+                    log.debug("GPU %d", index, exc_info=exc)
+            self._reported[index] = message
+            return GpuReading(index, info, None, message, code)
+        if self._reported.get(index) is not None:
+            log.info("GPU %d: readable again", index)
+        self._reported[index] = None
+        return GpuReading(index, info, sample)
+
+    # -- entities -----------------------------------------------------------------------------
+    def _base(self, info: DeviceInfo, instance: GpuInstanceSample | None) -> str:
+        model = info.name.replace(" ", "-") if self.replace_blanks else info.name
+        pairs = [
+            ("gpu", str(info.index)),
+            ("UUID", info.uuid),
+            ("pci_bus_id", info.pci_bus_id),
+            ("device", f"nvidia{info.index}"),
+            ("modelName", model),
+        ]
+        if instance is not None:
+            pairs += [
+                ("GPU_I_PROFILE", instance.profile),
+                ("GPU_I_ID", str(instance.gpu_instance_id)),
+            ]
+        if self.hostname is not None:
+            pairs.append((HOSTNAME_LABEL, self.hostname))
+        return labels_text(pairs)
+
+    def entities(self, snap: Snapshot) -> list[Entity]:
+        out: list[Entity] = []
+        for r in snap.gpus:
+            if r.sample is None or r.info is None:
+                continue
+            if r.sample.gpu_instances:
+                out += [
+                    Entity(
+                        ("gi", r.index, gi.gpu_instance_id),
+                        r.info,
+                        r.sample,
+                        gi,
+                        self._base(r.info, gi),
+                    )
+                    for gi in r.sample.gpu_instances
+                ]
+            else:
+                out.append(
+                    Entity(("gpu", r.index), r.info, r.sample, None, self._base(r.info, None))
+                )
+        return out
+
+    @staticmethod
+    def device_index(snap: Snapshot, entities: list[Entity]) -> DeviceIndex:
+        return DeviceIndex(
+            gpu_by_uuid={r.info.uuid: r.index for r in snap.gpus if r.info is not None},
+            gi_by_mig_uuid={
+                uuid: (e.info.index, e.instance.gpu_instance_id)
+                for e in entities
+                if e.instance is not None
+                for uuid in e.instance.mig_device_uuids
+            },
+            entities=frozenset(e.key for e in entities),
+        )
+
+    # -- rendering ----------------------------------------------------------------------------
+    def _variants(
+        self, entity: Entity, system: SystemInfo | None, pods: list[PodInfo], keep_plain: bool
+    ) -> list[str]:
+        """Label strings of one entity: one per attributed pod (plus the plain one)."""
+        extra: dict[str, str] = {}
+        for counter in self.counters.labels:
+            value = fields.LABELS[counter.field].read(system, entity.info)
+            if value is not None:
+                extra[counter.field] = value
+
+        def text(more: dict[str, str]) -> str:
+            merged = {**extra, **more}
+            rest = labels_text(sorted(merged.items()))
+            return f"{entity.base_labels},{rest}" if rest else entity.base_labels
+
+        variants = [text({})] if keep_plain or not pods else []
+        for pod in pods:
+            more = {"pod": pod.pod, "namespace": pod.namespace, "container": pod.container}
+            if pod.vgpu is not None:
+                more["vgpu"] = pod.vgpu
+            variants.append(text(more))
+        return variants
+
+    def render(
+        self,
+        snap: Snapshot,
+        pods: dict[EntityKey, list[PodInfo]] | None = None,
+        *,
+        virtual_gpus: bool = False,
+    ) -> str:
+        entities = self.entities(snap)
+        pods = pods or {}
+        variants = [
+            self._variants(e, snap.system, pods.get(e.key, []), keep_plain=virtual_gpus)
+            for e in entities
+        ]
+        out: list[str] = []
+        for counter in self.counters.metrics:
+            metric = fields.METRICS[counter.field]
+            name = counter.field
+            lines: list[str] = []
+            for entity, labels in zip(entities, variants, strict=True):
+                if entity.instance is not None and metric.on_instance is fields.OnInstance.NONE:
+                    continue
+                attrs = ""
+                if name == fields.XID_ERRORS:
+                    xid = self.xids.last(entity.info.index) if self.xids else 0
+                    value: float | None = float(xid)
+                    attrs = f',err_code="{xid}",err_msg="{escape_label(xid_name(xid))}"'
+                else:
+                    own = entity.instance if metric.on_instance is fields.OnInstance.OWN else None
+                    value = metric.read(entity.sample, own)
+                if value is None:
+                    continue
+                text = format_value(value)
+                lines += [f"{name}{{{label}{attrs}}} {text}\n" for label in labels]
+            if lines:
+                kind = counter.type if counter.type in ("gauge", "counter") else "untyped"
+                out.append(f"# HELP {name} {escape_help(counter.help)}\n# TYPE {name} {kind}\n")
+                out += lines
+        return "".join(out)

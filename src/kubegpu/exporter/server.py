@@ -1,0 +1,286 @@
+"""The exporter: an HTTP endpoint serving DCGM exporter's metrics read through NVML.
+
+Routes, as DCGM exporter's: `/metrics` (Prometheus text format), `/health` (200 `OK`) and
+`/` (a short index). NVML is read on a scrape when the last reading is older than the
+collect interval; pods are looked up on every scrape. The server is a small asyncio
+HTTP/1.1 server (one request per connection); NVML and the kubelet are asked from a
+worker thread so the event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+from kubegpu.exporter.collector import Collector, Snapshot
+from kubegpu.exporter.counters import CounterSet, load_counters
+from kubegpu.exporter.pods import PodResourcesClient, PodResourcesError, attribute
+from kubegpu.exporter.xid import XidTracker
+from kubegpu.kube.kubelet import POD_RESOURCES_SOCKET
+from kubegpu.nvml import Nvml
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ADDRESS = ":9400"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+REQUEST_TIMEOUT_S = 10.0
+MAX_REQUEST_HEAD = 16 * 1024
+INDEX_HTML = (
+    b"<html><head><title>kubegpu exporter</title></head><body>"
+    b"<h1>kubegpu exporter</h1><p><a href='/metrics'>Metrics</a></p></body></html>"
+)
+
+
+class AddressError(ValueError):
+    """A listen address that cannot be used."""
+
+
+def parse_address(address: str) -> tuple[str | None, int]:
+    """`:9400` -> (None: every interface, 9400); `127.0.0.1:0`; `[::]:9400`."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise AddressError(f"listen address {address!r}: expected [host]:port, e.g. :9400")
+    host = host.removeprefix("[").removesuffix("]")
+    return (host or None), int(port)
+
+
+def node_hostname() -> str:
+    """The Hostname label: $NODE_NAME (the downward API's node name), else the host name."""
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+@dataclass
+class ExporterConfig:
+    address: str = DEFAULT_ADDRESS
+    counters: CounterSet | None = None  # None: the built-in default counters
+    collect_interval_s: float = 30.0  # DCGM exporter's -c default (30000 ms)
+    kubernetes: bool = False
+    pod_resources_socket: Path = Path(POD_RESOURCES_SOCKET)
+    pod_resources_timeout_s: float = 3.0
+    hostname: str | None = None  # None: node_hostname()
+    no_hostname: bool = False
+    replace_blanks_in_model_name: bool = False
+    virtual_gpus: bool = False
+    nvidia_resource_names: tuple[str, ...] = ()
+    xid_poll_s: float = 1.0
+
+
+class _GpuUp:
+    """`kubegpu_exporter_gpu_up`: 1 per readable GPU, 0 (with NVML's error) otherwise."""
+
+    def __init__(self, exporter: Exporter) -> None:
+        self.exporter = exporter
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "kubegpu_exporter_gpu_up",
+            "Whether the GPU could be read on the last collection (0: its DCGM series are "
+            "omitted; err_code and err_msg give the NVML error).",
+            labels=["gpu", "UUID", "modelName", "Hostname", "err_code", "err_msg"],
+        )
+        snap = self.exporter.snapshot
+        host = self.exporter.collector.hostname or ""
+        for r in snap.gpus if snap else ():
+            family.add_metric(
+                [
+                    str(r.index),
+                    r.info.uuid if r.info else "",
+                    r.info.name if r.info else "",
+                    host,
+                    str(r.error_code),
+                    r.error or "Success",
+                ],
+                0.0 if r.error else 1.0,
+            )
+        yield family
+
+
+class Exporter:
+    """The exporter, in-process: `await run()` serves until `stop()`; also `async with`."""
+
+    def __init__(self, config: ExporterConfig, nvml: Nvml) -> None:
+        self.config = config
+        self.nvml = nvml
+        self.counters = config.counters or load_counters()
+        self.xids = XidTracker(nvml, config.xid_poll_s)
+        self.collector = Collector(
+            nvml,
+            self.counters,
+            hostname=config.hostname or node_hostname(),
+            no_hostname=config.no_hostname,
+            replace_blanks_in_model_name=config.replace_blanks_in_model_name,
+            xids=self.xids,
+        )
+        self.pod_resources = (
+            PodResourcesClient(config.pod_resources_socket, config.pod_resources_timeout_s)
+            if config.kubernetes
+            else None
+        )
+        self.snapshot: Snapshot | None = None
+        self.registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.registry)
+        self._collect_seconds = Histogram(
+            "kubegpu_exporter_collect_seconds",
+            "Time spent reading the GPUs through NVML.",
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+        )
+        self._pod_errors = Counter(
+            "kubegpu_exporter_pod_resources_errors",
+            "Scrapes served without pod labels because the kubelet's pod-resources API failed.",
+            registry=self.registry,
+        )
+        self.registry.register(_GpuUp(self))
+        self._scrape_lock = threading.Lock()
+        self._server: asyncio.Server | None = None
+        self._stopped = asyncio.Event()
+        self._running = False
+        self.port = 0
+
+    # -- one scrape ---------------------------------------------------------------------------
+    def _fresh_snapshot(self) -> Snapshot:
+        snap = self.snapshot
+        if snap is None or time.monotonic() - snap.taken_at >= self.config.collect_interval_s:
+            with self._collect_seconds.time():
+                snap = self.snapshot = self.collector.read()
+        return snap
+
+    def scrape(self) -> bytes:
+        """The /metrics body (blocking: reads NVML and the kubelet)."""
+        with self._scrape_lock:
+            snap = self._fresh_snapshot()
+            pods = None
+            if self.pod_resources is not None:
+                entities = self.collector.entities(snap)
+                try:
+                    held = self.pod_resources.list()
+                except PodResourcesError as exc:
+                    log.warning("serving without pod labels: %s", exc)
+                    self._pod_errors.inc()
+                else:
+                    pods = attribute(
+                        held,
+                        self.collector.device_index(snap, entities),
+                        virtual_gpus=self.config.virtual_gpus,
+                        resource_names=self.config.nvidia_resource_names,
+                    )
+            text = self.collector.render(snap, pods, virtual_gpus=self.config.virtual_gpus)
+            return text.encode() + generate_latest(self.registry)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def start(self) -> None:
+        host, port = parse_address(self.config.address)
+        for warning in self.counters.warnings():
+            log.warning("%s", warning)
+        self._server = await asyncio.start_server(
+            self._handle, host, port, reuse_address=True, limit=MAX_REQUEST_HEAD
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._stopped.clear()
+        self._running = True
+        self.xids.start()
+        log.info(
+            "exporter listening on %s (port %d), counters from %s",
+            self.config.address,
+            self.port,
+            self.counters.source,
+        )
+
+    async def stop(self) -> None:
+        """Stop serving and release everything; safe to call more than once."""
+        if not self._running:
+            return
+        self._running = False
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        await asyncio.to_thread(self.xids.stop)
+        if self.pod_resources is not None:
+            self.pod_resources.close()
+        self._stopped.set()
+
+    async def run(self) -> None:
+        """Serve until `stop()` (starting first unless already started)."""
+        if not self._running:
+            await self.start()
+        await self._stopped.wait()
+
+    async def __aenter__(self) -> Exporter:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- HTTP ---------------------------------------------------------------------------------
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                head = await asyncio.wait_for(
+                    reader.readuntil(b"\r\n\r\n"), timeout=REQUEST_TIMEOUT_S
+                )
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+                return
+            status, headers, body = await self._respond(head.decode("latin-1"))
+            lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers.items())]
+            lines += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
+            writer.write("\r\n".join(lines).encode("latin-1"))
+            if not head.startswith(b"HEAD "):
+                writer.write(body)
+            await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        except Exception:
+            log.exception("serving a request")
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _respond(self, head: str) -> tuple[str, dict[str, str], bytes]:
+        request, *header_lines = head.split("\r\n")
+        parts = request.split()
+        if len(parts) != 3:
+            return "400 Bad Request", {"Content-Type": "text/plain"}, b"bad request\n"
+        method, target, _ = parts
+        headers = {
+            k.strip().lower(): v.strip()
+            for k, _, v in (h.partition(":") for h in header_lines if h)
+        }
+        path = target.split("?", 1)[0]
+        if method not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", {"Allow": "GET, HEAD"}, b""
+        if path == "/metrics":
+            try:
+                body = await asyncio.to_thread(self.scrape)
+            except Exception as exc:  # a bug, not a device: say so rather than hang up
+                log.exception("scrape failed")
+                return (
+                    "500 Internal Server Error",
+                    {"Content-Type": "text/plain"},
+                    f"{exc}\n".encode(),
+                )
+            out = {"Content-Type": CONTENT_TYPE}
+            if "gzip" in headers.get("accept-encoding", ""):
+                body = gzip.compress(body, compresslevel=1)
+                out["Content-Encoding"] = "gzip"
+            return "200 OK", out, body
+        if path == "/health":
+            return "200 OK", {"Content-Type": "text/plain; charset=utf-8"}, b"OK"
+        if path == "/":
+            return "200 OK", {"Content-Type": "text/html; charset=utf-8"}, INDEX_HTML
+        return "404 Not Found", {"Content-Type": "text/plain"}, b"404 page not found\n"

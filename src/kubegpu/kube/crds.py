@@ -1,0 +1,722 @@
+"""The operator's custom resources as pydantic models, and their CustomResourceDefinitions.
+
+`ClusterPolicy` (`nvidia.com/v1`, cluster-scoped) has the field names and meanings of
+NVIDIA's GPU Operator, so a ClusterPolicy written for the upstream operator (its sample, or
+what its Helm chart renders) is accepted unchanged. `GPUCluster` (`nvidia.com/v1alpha1`) is
+the DRA-oriented alternative; a cluster has one or the other.
+
+Attribute names are the wire names (camelCase) on purpose: these models *are* the schema,
+and `spec.devicePlugin.config.name` reads the same in Python, YAML and kubectl.
+
+The CRDs are generated from the models (`crd_manifests()`, written into the Helm chart by
+`scripts/gen-crds`); a test fails when the chart's copy is stale. Parsing is lenient
+(`extra="ignore"`): the API server has already pruned the object to its schema, and an
+operator that meets a newer CRD must not crash on a field it does not know.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from lightkube.generic_resource import create_global_resource
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.fields import FieldInfo
+
+GROUP = "nvidia.com"
+CLUSTER_POLICY_VERSION = "v1"
+GPU_CLUSTER_VERSION = "v1alpha1"
+
+ClusterPolicyResource = create_global_resource(
+    GROUP, CLUSTER_POLICY_VERSION, "ClusterPolicy", "clusterpolicies"
+)
+GPUClusterResource = create_global_resource(GROUP, GPU_CLUSTER_VERSION, "GPUCluster", "gpuclusters")
+
+
+# -- schema hints ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class K8s:
+    """Hints for the generated OpenAPI schema, attached with `Annotated[...]`."""
+
+    int_or_string: bool = False
+    preserve_unknown: bool = False
+    pattern: str | None = None
+    minimum: int | None = None
+    int_format: str | None = None
+    default: Any = None
+
+
+IntOrString = Annotated[int | str, K8s(int_or_string=True)]
+FreeForm = Annotated[dict[str, Any], K8s(preserve_unknown=True)]
+Int32 = Annotated[int, K8s(int_format="int32")]
+Int64 = Annotated[int, K8s(int_format="int64")]
+ImageName = Annotated[str, K8s(pattern=r"[a-zA-Z0-9\-]+")]
+ProbeCount = Annotated[int, K8s(int_format="int32", minimum=1)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+# -- shared pieces ----------------------------------------------------------------------------
+class EnvVar(_Model):
+    """An environment variable for an operand's main container (a plain value only)."""
+
+    name: str
+    value: str = ""
+
+
+class ResourceRequirements(_Model):
+    """Compute resources for every container of an operand."""
+
+    limits: dict[str, IntOrString] | None = None
+    requests: dict[str, IntOrString] | None = None
+
+
+class Toleration(_Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: Int64 | None = None
+
+
+class ImageSpec(_Model):
+    """Where an operand's image comes from: `repository/image:version`, or `image` alone."""
+
+    repository: str | None = Field(None, description="Image repository, e.g. nvcr.io/nvidia.")
+    image: ImageName | None = Field(None, description="Image name.")
+    version: str | None = Field(None, description="Image tag, or a sha256: digest.")
+    imagePullPolicy: str | None = Field(None, description="Always, Never or IfNotPresent.")
+    imagePullSecrets: list[str] | None = Field(None, description="Image pull secret names.")
+
+
+class ComponentSpec(ImageSpec):
+    """Fields every operand shares."""
+
+    enabled: bool | None = Field(None, description="Deploy this operand.")
+    resources: ResourceRequirements | None = None
+    args: list[str] | None = Field(None, description="Replaces the main container's args.")
+    env: list[EnvVar] | None = Field(None, description="Set on the main container.")
+    hostNetwork: bool | None = Field(
+        None, description="Run the operand's pods on the host network."
+    )
+
+    def is_enabled(self, default: bool) -> bool:
+        return default if self.enabled is None else self.enabled
+
+    def env_pairs(self) -> list[tuple[str, str]]:
+        return [(e.name, e.value) for e in self.env or []]
+
+
+class ConfigMapRef(_Model):
+    name: str | None = Field(None, description="ConfigMap name.")
+
+
+class NamedConfig(_Model):
+    name: str | None = Field(None, description="ConfigMap name.")
+    default: str | None = Field(None, description="Config used when a node names none.")
+
+
+class EnvOnly(_Model):
+    env: list[EnvVar] | None = None
+
+
+# -- operator, daemonsets, host paths -------------------------------------------------------------
+class InitContainerSpec(ImageSpec):
+    pass
+
+
+class ServiceMonitorConfig(_Model):
+    enabled: bool | None = Field(None, description="Create a Prometheus ServiceMonitor.")
+    interval: str | None = Field(None, description="Scrape interval, e.g. 15s.")
+    honorLabels: bool | None = None
+    additionalLabels: dict[str, str] | None = None
+    relabelings: list[FreeForm] | None = None
+
+
+class OperatorMetrics(_Model):
+    serviceMonitor: ServiceMonitorConfig | None = None
+
+
+class OperatorSpec(_Model):
+    defaultRuntime: Literal["docker", "crio", "containerd"] | None = Field(
+        None, description="Deprecated: the container runtime is detected."
+    )
+    runtimeClass: str | None = Field(None, description="RuntimeClass for GPU pods (nvidia).")
+    initContainer: InitContainerSpec | None = Field(None, description="Deprecated.")
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    use_ocp_driver_toolkit: bool | None = None
+    metrics: OperatorMetrics | None = None
+
+
+class RollingUpdateSpec(_Model):
+    maxUnavailable: str | None = Field(None, description='Nodes updated at once: "1" or "10%".')
+
+
+class DaemonsetsSpec(_Model):
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = None
+    priorityClassName: str | None = None
+    updateStrategy: Literal["RollingUpdate", "OnDelete"] | None = None
+    rollingUpdate: RollingUpdateSpec | None = None
+    podSecurityContext: FreeForm | None = None
+
+
+class HostPathsSpec(_Model):
+    rootFS: str | None = Field(None, description="The host's root filesystem (chroot-able).")
+    driverInstallDir: str | None = Field(None, description="Where the driver's files are.")
+    kubeletRootDir: str | None = Field(None, description="kubelet's root directory.")
+
+
+# -- driver ----------------------------------------------------------------------------------------
+class ProbeSpec(_Model):
+    initialDelaySeconds: Int32 | None = None
+    timeoutSeconds: ProbeCount | None = None
+    periodSeconds: ProbeCount | None = None
+    successThreshold: ProbeCount | None = None
+    failureThreshold: ProbeCount | None = None
+
+
+class RdmaSpec(_Model):
+    enabled: bool | None = None
+    useHostMofed: bool | None = None
+
+
+class WaitForCompletionSpec(_Model):
+    podSelector: str | None = None
+    timeoutSeconds: Int32 | None = None
+
+
+class PodDeletionSpec(_Model):
+    force: bool | None = None
+    timeoutSeconds: Int32 | None = None
+    deleteEmptyDir: bool | None = None
+
+
+class DrainSpec(_Model):
+    enable: bool | None = None
+    force: bool | None = None
+    podSelector: str | None = None
+    timeoutSeconds: Int32 | None = None
+    deleteEmptyDir: bool | None = None
+
+
+class DriverUpgradePolicySpec(_Model):
+    autoUpgrade: bool | None = None
+    maxParallelUpgrades: Int32 | None = None
+    maxUnavailable: IntOrString | None = None
+    waitForCompletion: WaitForCompletionSpec | None = None
+    podDeletion: PodDeletionSpec | None = None
+    drain: DrainSpec | None = None
+
+
+class DriverManagerSpec(ImageSpec):
+    env: list[EnvVar] | None = None
+
+
+class RepoConfigSpec(_Model):
+    configMapName: str | None = None
+    destinationDir: str | None = None
+
+
+class LicensingConfigSpec(_Model):
+    configMapName: str | None = None
+    secretName: str | None = None
+    nlsEnabled: bool | None = None
+
+
+class VirtualTopologySpec(_Model):
+    config: str | None = None
+
+
+class DriverSpec(ComponentSpec):
+    useNvidiaDriverCRD: bool | None = None
+    usePrecompiled: bool | None = None
+    useOpenKernelModules: bool | None = Field(None, description="Deprecated: kernelModuleType.")
+    kernelModuleType: Literal["auto", "open", "proprietary"] | None = None
+    use_ocp_driver_toolkit: bool | None = None
+    startupProbe: ProbeSpec | None = None
+    livenessProbe: ProbeSpec | None = None
+    readinessProbe: ProbeSpec | None = None
+    rdma: RdmaSpec | None = None
+    upgradePolicy: DriverUpgradePolicySpec | None = None
+    manager: DriverManagerSpec | None = None
+    repoConfig: RepoConfigSpec | None = None
+    certConfig: ConfigMapRef | None = None
+    licensingConfig: LicensingConfigSpec | None = None
+    virtualTopology: VirtualTopologySpec | None = None
+    kernelModuleConfig: ConfigMapRef | None = None
+    secretEnv: str | None = None
+
+
+# -- node operands -----------------------------------------------------------------------------------
+class ToolkitSpec(ComponentSpec):
+    installDir: str | None = Field(None, description="Toolkit install directory on the host.")
+
+
+class MpsSpec(_Model):
+    root: str | None = Field(None, description="MPS root on the host (/run/nvidia/mps).")
+
+
+class DevicePluginSpec(ComponentSpec):
+    config: NamedConfig | None = Field(
+        None, description="ConfigMap of named plugin configs; `default` when a node names none."
+    )
+    mps: MpsSpec | None = None
+
+
+class DCGMSpec(ComponentSpec):
+    hostPort: Int32 | None = Field(None, description="Deprecated.")
+
+
+class ServiceSpec(_Model):
+    type: str | None = None
+    internalTrafficPolicy: str | None = None
+
+
+class HpcJobMappingSpec(_Model):
+    enabled: bool | None = None
+    directory: str | None = None
+
+
+class DCGMExporterSpec(ComponentSpec):
+    config: ConfigMapRef | None = Field(None, description="ConfigMap with dcgm-metrics.csv.")
+    serviceMonitor: ServiceMonitorConfig | None = None
+    service: ServiceSpec | None = None
+    hostPID: bool | None = None
+    hpcJobMapping: HpcJobMappingSpec | None = None
+    enablePodLabels: bool | None = None
+    enablePodUID: bool | None = None
+    podLabelAllowlistRegex: list[str] | None = None
+
+
+class GPUFeatureDiscoverySpec(ComponentSpec):
+    pass
+
+
+class MIGSpec(_Model):
+    strategy: Literal["none", "single", "mixed"] | None = Field(
+        None, description="How the device plugin and GFD expose MIG devices."
+    )
+
+
+class MIGPartedConfigSpec(_Model):
+    name: str | None = Field(None, description="ConfigMap with config.yaml (mig-parted format).")
+    default: Literal["all-disabled", ""] | None = Field(
+        None, description="all-disabled: label MIG-capable nodes with nvidia.com/mig.config."
+    )
+
+
+class MIGManagerSpec(ComponentSpec):
+    config: MIGPartedConfigSpec | None = None
+    gpuClientsConfig: ConfigMapRef | None = None
+
+
+class NodeStatusExporterSpec(ComponentSpec):
+    pass
+
+
+class PSPSpec(_Model):
+    enabled: bool | None = None
+
+
+class PSASpec(_Model):
+    enabled: bool | None = None
+
+
+class ValidatorSpec(ComponentSpec):
+    plugin: EnvOnly | None = None
+    toolkit: EnvOnly | None = None
+    driver: EnvOnly | None = None
+    cuda: EnvOnly | None = None
+    vfioPCI: EnvOnly | None = None
+    vgpuManager: EnvOnly | None = None
+    vgpuDevices: EnvOnly | None = None
+
+
+class GDSSpec(ComponentSpec):
+    pass
+
+
+class GDRCopySpec(ComponentSpec):
+    pass
+
+
+class SandboxWorkloadsSpec(_Model):
+    enabled: bool | None = None
+    defaultWorkload: Literal["container", "vm-passthrough", "vm-vgpu"] | None = None
+    mode: Literal["kubevirt", "kata"] | None = None
+
+
+class VFIOManagerSpec(ComponentSpec):
+    driverManager: DriverManagerSpec | None = None
+
+
+class SandboxDevicePluginSpec(ComponentSpec):
+    pass
+
+
+class KataDevicePluginSpec(ComponentSpec):
+    pass
+
+
+class VGPUManagerSpec(ComponentSpec):
+    driverManager: DriverManagerSpec | None = None
+    kernelModuleConfig: ConfigMapRef | None = None
+
+
+class VGPUDeviceManagerSpec(ComponentSpec):
+    config: NamedConfig | None = None
+
+
+class CDIConfigSpec(_Model):
+    enabled: bool | None = Field(None, description="Make GPUs available to containers via CDI.")
+    default: bool | None = Field(None, description="Deprecated.")
+    nriPluginEnabled: bool | None = None
+
+
+class KataManagerSpec(ComponentSpec):
+    config: FreeForm | None = None
+
+
+class CCManagerSpec(ComponentSpec):
+    defaultMode: Literal["on", "off", "devtools"] | None = None
+
+
+class ClusterPolicySpec(_Model):
+    """What the operator deploys. Every section is optional; absent means the default."""
+
+    operator: OperatorSpec = OperatorSpec()
+    daemonsets: DaemonsetsSpec = DaemonsetsSpec()
+    driver: DriverSpec = DriverSpec()
+    toolkit: ToolkitSpec = ToolkitSpec()
+    devicePlugin: DevicePluginSpec = DevicePluginSpec()
+    dcgmExporter: DCGMExporterSpec = DCGMExporterSpec()
+    dcgm: DCGMSpec = DCGMSpec()
+    nodeStatusExporter: NodeStatusExporterSpec = NodeStatusExporterSpec()
+    gfd: GPUFeatureDiscoverySpec = GPUFeatureDiscoverySpec()
+    mig: MIGSpec = MIGSpec()
+    migManager: MIGManagerSpec = MIGManagerSpec()
+    psp: PSPSpec = PSPSpec()
+    psa: PSASpec = PSASpec()
+    validator: ValidatorSpec = ValidatorSpec()
+    gds: GDSSpec | None = None
+    gdrcopy: GDRCopySpec | None = None
+    sandboxWorkloads: SandboxWorkloadsSpec = SandboxWorkloadsSpec()
+    vfioManager: VFIOManagerSpec = VFIOManagerSpec()
+    sandboxDevicePlugin: SandboxDevicePluginSpec = SandboxDevicePluginSpec()
+    kataSandboxDevicePlugin: KataDevicePluginSpec = KataDevicePluginSpec()
+    vgpuManager: VGPUManagerSpec = VGPUManagerSpec()
+    vgpuDeviceManager: VGPUDeviceManagerSpec = VGPUDeviceManagerSpec()
+    cdi: CDIConfigSpec = CDIConfigSpec()
+    kataManager: KataManagerSpec = KataManagerSpec()
+    ccManager: CCManagerSpec = CCManagerSpec()
+    hostPaths: HostPathsSpec = HostPathsSpec()
+
+    # -- derived settings, with upstream's defaults ------------------------------------------
+    @property
+    def sandbox_enabled(self) -> bool:
+        return bool(self.sandboxWorkloads.enabled)
+
+    @property
+    def sandbox_mode(self) -> str:
+        return self.sandboxWorkloads.mode or "kubevirt"
+
+    @property
+    def default_workload(self) -> str:
+        return self.sandboxWorkloads.defaultWorkload or "container"
+
+    @property
+    def cdi_enabled(self) -> bool:
+        return self.cdi.enabled is not False
+
+    @property
+    def runtime_class(self) -> str:
+        return self.operator.runtimeClass or "nvidia"
+
+    @property
+    def mig_strategy(self) -> str:
+        """The strategy as written (empty: the device plugin decides, i.e. none)."""
+        return self.mig.strategy or ""
+
+
+class Condition(_Model):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    observedGeneration: Int64 | None = None
+    lastTransitionTime: str
+    reason: str
+    message: str = ""
+
+
+class ClusterPolicyStatus(_Model):
+    state: Literal["ignored", "ready", "notReady"] | None = Field(
+        None, description="ready, notReady, or ignored (not the oldest ClusterPolicy)."
+    )
+    namespace: str | None = Field(None, description="Where the operands run.")
+    conditions: list[Condition] | None = None
+
+
+class GPUClusterSpec(_Model):
+    """The DRA-based alternative to ClusterPolicy; kubegpu's operator only detects it."""
+
+    draDriver: FreeForm | None = None
+    dcgm: FreeForm | None = None
+    dcgmExporter: FreeForm | None = None
+    hostPaths: FreeForm | None = None
+    daemonsets: FreeForm | None = None
+
+
+class GPUClusterStatus(_Model):
+    state: str | None = None
+    conditions: list[Condition] | None = None
+
+
+def parse_policy_spec(spec: dict[str, Any] | None) -> ClusterPolicySpec:
+    """A ClusterPolicy's `.spec` (as the API server returns it) as a typed model."""
+    return ClusterPolicySpec.model_validate(spec or {})
+
+
+def unknown_fields(
+    data: Any, model: type[BaseModel] = ClusterPolicySpec, at: str = ""
+) -> list[str]:
+    """Paths in `data` that the schema does not define (the API server would prune them)."""
+    problems: list[str] = []
+    if not isinstance(data, dict):
+        return problems
+    fields = model.model_fields
+    for key, value in data.items():
+        path = f"{at}.{key}" if at else str(key)
+        if key not in fields:
+            problems.append(path)
+            continue
+        problems.extend(_unknown_in(value, fields[key].annotation, fields[key].metadata, path))
+    return problems
+
+
+def _unknown_in(value: Any, annotation: Any, metadata: list[Any], path: str) -> list[str]:
+    hint = _hint(metadata)
+    if hint.preserve_unknown or value is None:
+        return []
+    annotation, extra = _unwrap(annotation)
+    if _hint(extra).preserve_unknown:
+        return []
+    origin = get_origin(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return unknown_fields(value, annotation, path)
+    if origin is list and isinstance(value, list):
+        (item,) = get_args(annotation)
+        out: list[str] = []
+        for i, v in enumerate(value):
+            out += _unknown_in(v, item, [], f"{path}[{i}]")
+        return out
+    return []
+
+
+# -- CRD generation ------------------------------------------------------------------------------
+def _hint(metadata: list[Any] | tuple[Any, ...]) -> K8s:
+    for m in metadata:
+        if isinstance(m, K8s):
+            return m
+    return K8s()
+
+
+def _unwrap(annotation: Any) -> tuple[Any, list[Any]]:
+    """Strip Optional and Annotated; return the bare type and any Annotated metadata."""
+    metadata: list[Any] = []
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            base, *meta = get_args(annotation)
+            metadata.extend(meta)
+            annotation = base
+        elif origin in (Union, types.UnionType):
+            args = [a for a in get_args(annotation) if a is not type(None)]
+            if len(args) == 1:
+                annotation = args[0]
+            else:
+                return annotation, metadata
+        else:
+            return annotation, metadata
+
+
+def _schema(annotation: Any, metadata: list[Any] | tuple[Any, ...] = ()) -> dict[str, Any]:
+    annotation, extra = _unwrap(annotation)
+    hint = _hint([*metadata, *extra])
+    if hint.int_or_string:
+        return {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": True,
+        }
+    if hint.preserve_unknown:
+        return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    origin = get_origin(annotation)
+    schema: dict[str, Any]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        schema = model_schema(annotation)
+    elif origin is Literal:
+        values = list(get_args(annotation))
+        schema = {"type": "string", "enum": values}
+    elif origin is list:
+        (item,) = get_args(annotation)
+        schema = {"type": "array", "items": _schema(item)}
+    elif origin is dict:
+        _, value = get_args(annotation)
+        schema = {"type": "object", "additionalProperties": _schema(value)}
+    elif annotation is str:
+        schema = {"type": "string"}
+    elif annotation is bool:
+        schema = {"type": "boolean"}
+    elif annotation is int:
+        schema = {"type": "integer"}
+    else:
+        raise TypeError(f"no OpenAPI schema for {annotation!r}")
+    if hint.pattern:
+        schema["pattern"] = hint.pattern
+    if hint.int_format:
+        schema["format"] = hint.int_format
+    if hint.minimum is not None:
+        schema["minimum"] = hint.minimum
+    return schema
+
+
+def _field_schema(info: FieldInfo) -> dict[str, Any]:
+    schema = _schema(info.annotation, info.metadata)
+    if info.description:
+        schema = {"description": info.description, **schema}
+    return schema
+
+
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A structural OpenAPI v3 schema for a model: every node typed, no refs, no nulls."""
+    properties = {name: _field_schema(info) for name, info in model.model_fields.items()}
+    required = [
+        name
+        for name, info in model.model_fields.items()
+        if info.is_required() and not _is_optional(info.annotation)
+    ]
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    doc = (model.__doc__ or "").strip()
+    if doc:
+        schema = {"description": " ".join(doc.split()), **schema}
+    return schema
+
+
+def _is_optional(annotation: Any) -> bool:
+    return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
+
+
+def _crd(
+    *,
+    kind: str,
+    plural: str,
+    version: str,
+    spec: type[BaseModel],
+    status: type[BaseModel],
+    description: str,
+    columns: list[dict[str, Any]],
+) -> dict[str, Any]:
+    spec_schema = model_schema(spec)
+    status_schema = model_schema(status)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "kubegpu"},
+        },
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+            },
+            "scope": "Cluster",
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "description": description,
+                            "type": "object",
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def crd_manifests() -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions of ClusterPolicy and GPUCluster."""
+    status_columns = [
+        {"name": "Status", "type": "string", "jsonPath": ".status.state"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return [
+        _crd(
+            kind="ClusterPolicy",
+            plural="clusterpolicies",
+            version=CLUSTER_POLICY_VERSION,
+            spec=ClusterPolicySpec,
+            status=ClusterPolicyStatus,
+            description="The GPU node stack the operator deploys: one per cluster (the oldest wins).",
+            columns=status_columns,
+        ),
+        _crd(
+            kind="GPUCluster",
+            plural="gpuclusters",
+            version=GPU_CLUSTER_VERSION,
+            spec=GPUClusterSpec,
+            status=GPUClusterStatus,
+            description="The DRA-based GPU stack; a cluster has a GPUCluster or a ClusterPolicy, not both.",
+            columns=status_columns,
+        ),
+    ]
+
+
+__all__ = [
+    "GROUP",
+    "ClusterPolicyResource",
+    "ClusterPolicySpec",
+    "ClusterPolicyStatus",
+    "Condition",
+    "GPUClusterResource",
+    "crd_manifests",
+    "model_schema",
+    "parse_policy_spec",
+    "unknown_fields",
+]
+
+
+CRD_HEADER = "# generated by scripts/gen-crds from kubegpu.kube.crds; do not edit\n"
+
+
+def crd_files() -> dict[str, str]:
+    """File name -> YAML text of each CRD, as the Helm chart ships them (crds/)."""
+    import yaml
+
+    out = {}
+    for crd in crd_manifests():
+        name = f"{crd['spec']['group']}_{crd['spec']['names']['plural']}.yaml"
+        out[name] = CRD_HEADER + yaml.safe_dump(crd, sort_keys=False, width=100)
+    return out

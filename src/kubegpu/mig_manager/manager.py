@@ -1,0 +1,546 @@
+"""The MIG manager: makes this node's GPUs match its `nvidia.com/mig.config` label.
+
+It watches only its own Node. Whenever the label's value changes (and once at start) it
+reconfigures:
+
+1. the named layout must exist and fit this node's GPUs, else `failed` and nothing touched;
+2. already applied: `success` with no disruption;
+3. a GPU that must change but on which a workload pod holds a device is refused (unless
+   configured to proceed), before any operand is disturbed;
+4. `pending`: the GPU operands are paused through their `nvidia.com/gpu.deploy.*` labels
+   (the values before are kept in an annotation, in the same patch) and their pods must go;
+5. the layout is applied through the nvml seam; when a MIG mode change needs a reset and a
+   reboot is allowed, the state becomes `rebooting` and the node reboots, and the manager
+   that starts after the boot carries on;
+6. the CDI spec is rewritten, the deploy labels get exactly their previous values back and
+   the state becomes `success`.
+
+Any error or timeout after step 4 restores the labels and ends in `failed` with the reason
+(and the GPUs' actual state) in an Event, never in `pending`. Because the pause is recorded
+on the Node, a manager killed at any step and started again converges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node, Pod
+
+from kubegpu.kube.labels import (
+    API_ERRORS,
+    annotations_of,
+    labels_of,
+    node_event,
+    patch_node_metadata,
+)
+from kubegpu.kube.nodes import watch_node
+from kubegpu.kube.podresources import PodResourcesError, list_held_devices
+from kubegpu.mig.config import ConfigError, MigConfigEntry
+from kubegpu.mig.parted import (
+    ApplyError,
+    ApplyResult,
+    apply_config,
+    assert_config,
+    config_matches,
+    describe_node,
+    plan_for_node,
+    read_node,
+)
+from kubegpu.mig_manager import cdi
+from kubegpu.mig_manager.layouts import Layouts
+from kubegpu.mig_manager.settings import (
+    COMPONENT,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    PAUSED,
+    PAUSED_ANNOTATION,
+    MigManagerSettings,
+    State,
+)
+from kubegpu.nvml import Nvml, NvmlError
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 2.0
+_TRANSIENT: tuple[type[Exception], ...] = (*API_ERRORS, OSError)
+_CHECK_ERRORS: tuple[type[Exception], ...] = (NvmlError, *API_ERRORS)
+_APPLY_ERRORS: tuple[type[Exception], ...] = (NvmlError, *API_ERRORS, OSError)
+
+Step = Callable[[str], Awaitable[None]]
+Reboot = Callable[[], Awaitable[None]]
+
+
+class Failed(Exception):
+    """The reconfiguration cannot finish; the message says why."""
+
+
+async def _no_step(_: str) -> None:
+    return None
+
+
+@dataclass
+class Outcome:
+    state: State
+    message: str
+    seconds: float = 0.0
+    changed_gpus: list[int] = field(default_factory=list)
+    recorded: bool = True  # the state label says so; False: the API refused, try again
+
+
+def _selector_keys(pod: Pod) -> set[str]:
+    """Node label keys a pod's placement depends on (nodeSelector and required affinity)."""
+    spec = pod.spec
+    if spec is None:
+        return set()
+    keys = set((spec.nodeSelector or {}).keys())
+    affinity = spec.affinity.nodeAffinity if spec.affinity else None
+    required = affinity.requiredDuringSchedulingIgnoredDuringExecution if affinity else None
+    for term in (required.nodeSelectorTerms if required else None) or []:
+        keys |= {e.key for e in term.matchExpressions or []}
+    return keys
+
+
+_GPU_IN_LINE = re.compile(r"\(GPU (\d+)\)")
+EVENT_BUDGET = 1000
+
+
+def summarise(message: str) -> str:
+    """Fold lines that differ only in `(GPU n)` into one line naming all those GPUs."""
+    groups: dict[str, list[str]] = {}
+    for line in message.splitlines():
+        gpus = _GPU_IN_LINE.findall(line)
+        key = _GPU_IN_LINE.sub("(GPU *)", line)
+        groups.setdefault(key, []).extend(gpus)
+    out = []
+    for key, gpus in groups.items():
+        if len(gpus) > 1:
+            out.append(key.replace("(GPU *)", f"(GPUs {', '.join(gpus)})"))
+        else:
+            out.append(key.replace("(GPU *)", f"(GPU {gpus[0]})") if gpus else key)
+    return "\n".join(out)
+
+
+def _ref(pod: Pod) -> str:
+    meta = pod.metadata
+    return f"{meta.namespace}/{meta.name}" if meta else "?"
+
+
+async def run_command(command: Iterable[str], timeout_s: float = 60.0) -> None:
+    """Run a command (the node's reboot command); Failed when it cannot run or fails."""
+    argv = list(command)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+    except OSError as exc:
+        raise Failed(f"cannot run {' '.join(argv)!r}: {exc.strerror}") from None
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise Failed(f"{' '.join(argv)!r} did not finish within {timeout_s:.0f}s") from None
+    if proc.returncode:
+        text = out.decode(errors="replace").strip()
+        raise Failed(f"{' '.join(argv)!r} exited with {proc.returncode}: {text}")
+
+
+class MigManager:
+    """One node's MIG manager. `await run()` until `stop()`; `reconcile(name)` does one change."""
+
+    def __init__(
+        self,
+        settings: MigManagerSettings,
+        client: AsyncClient,
+        nvml: Nvml,
+        *,
+        reboot: Reboot | None = None,
+        on_step: Step | None = None,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.nvml = nvml
+        self.layouts = Layouts(settings, client, nvml)
+        self._reboot = reboot or self._reboot_command
+        self._step = on_step or _no_step
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._desired = ""
+        self._retry = False
+        self._seen_state: str | None = None
+        self.handled: str | None = None
+        self.last: Outcome | None = None
+        self.ready = asyncio.Event()  # set once the manager has seen its Node
+
+    @property
+    def node_name(self) -> str:
+        return self.settings.node_name
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        await self.layouts.prepare()
+        tasks = {
+            asyncio.create_task(self._watch(), name="mig-manager:watch"),
+            asyncio.create_task(self._work(), name="mig-manager:work"),
+            asyncio.create_task(self._stop.wait(), name="mig-manager:stop"),
+        }
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+
+    async def _watch(self) -> None:
+        async for node in watch_node(self.client, self.node_name):
+            if node is None:
+                continue
+            labels = labels_of(node)
+            desired = labels.get(MIG_CONFIG_LABEL, "")
+            state = labels.get(MIG_STATE_LABEL, "")
+            # removing the state label asks for another attempt with the same value
+            if self._seen_state and not state and desired:
+                self._retry = True
+            self._seen_state = state
+            if desired != self._desired or self._retry or not self.ready.is_set():
+                self._desired = desired
+                self._wake.set()
+            self.ready.set()
+
+    async def _work(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            desired = self._desired
+            if not desired or (desired == self.handled and not self._retry):
+                continue
+            self._retry = False
+            self.handled = desired
+            try:
+                self.last = await self.reconcile(desired)
+            except _TRANSIENT as exc:
+                log.warning("node %s: reconfiguring to %r: %s", self.node_name, desired, exc)
+                self.last = None
+            if self.last is None or not self.last.recorded:
+                # the outcome could not be written to the Node: try the whole change again
+                self.handled = None
+                await asyncio.sleep(RETRY_S)
+                self._wake.set()
+
+    # -- one reconfiguration -----------------------------------------------------------------
+    async def reconcile(self, name: str) -> Outcome:
+        started = time.monotonic()
+        log.info("node %s: reconfiguring MIG to %r", self.node_name, name)
+        node = await self.client.get(Node, self.node_name)
+        labels = labels_of(node)
+        previous_state = labels.get(MIG_STATE_LABEL, "")
+        paused = self._recorded_pause(node)
+        try:
+            entries = await self._validate(name)
+            await self._step("validated")
+            problems = await asyncio.to_thread(assert_config, self.nvml, name, entries)
+            if not problems:
+                await self._write_cdi()
+                return await self._succeed(name, paused, started, "was already applied")
+            if previous_state == State.REBOOTING.value:
+                mode = await asyncio.to_thread(
+                    assert_config, self.nvml, name, entries, mode_only=True
+                )
+                if mode:
+                    raise Failed(
+                        "the MIG mode change did not take effect after rebooting: "
+                        + "; ".join(mode)
+                    )
+            changing = await asyncio.to_thread(self._changing, name, entries)
+            await self._check_busy(changing)
+        except (Failed, ConfigError) as exc:
+            return await self._fail(name, str(exc), paused, started)
+        except _CHECK_ERRORS as exc:
+            return await self._fail(name, f"cannot check the node: {exc}", paused, started)
+        # from here on, operands are paused: every way out restores them
+        try:
+            paused = await self._pause(name, node, paused)
+            await self._step("paused")
+            await self._wait_operands_gone(set(paused))
+            await self._step("operands-gone")
+            await self._check_busy(changing)
+            if self.settings.with_reboot and await self._mode_needs_reboot(name, entries):
+                await self._step("rebooting")
+                await self._patch(labels={MIG_STATE_LABEL: State.REBOOTING.value})
+                await node_event(
+                    self.client,
+                    node,
+                    reason="MigConfigRebooting",
+                    message=f"rebooting the node to change the MIG mode for config {name!r}",
+                    component=COMPONENT,
+                )
+                try:
+                    await self._reboot()
+                    await asyncio.sleep(self.settings.reboot_timeout_s)
+                    raise Failed(
+                        f"the node did not reboot within {self.settings.reboot_timeout_s:.0f}s"
+                    )
+                except Failed:
+                    await asyncio.to_thread(self._revert_pending_modes)
+                    raise
+            result = await asyncio.to_thread(self._apply, name, entries)
+            await self._step("applied")
+            if result.reset_required:
+                await asyncio.to_thread(self._revert_pending_modes)
+                gpus = ", ".join(map(str, result.reset_required))
+                raise Failed(
+                    f"GPUs {gpus} need a GPU reset or a node reboot for the MIG mode change "
+                    "(set WITH_REBOOT=true to let the MIG manager reboot the node)"
+                )
+            left = await asyncio.to_thread(assert_config, self.nvml, name, entries)
+            if left:
+                raise Failed("the config is not in place after applying it: " + "; ".join(left))
+            await self._write_cdi()
+            await self._step("cdi")
+        except asyncio.CancelledError:
+            if (await self._current_state()) != State.REBOOTING.value:
+                await asyncio.shield(
+                    self._fail(name, "the MIG manager was stopped mid-change", paused, started)
+                )
+            raise
+        except (Failed, ConfigError, ApplyError) as exc:
+            return await self._fail(name, str(exc), paused, started)
+        except _APPLY_ERRORS as exc:
+            return await self._fail(name, f"{type(exc).__name__}: {exc}", paused, started)
+        except Exception as exc:  # a bug must not leave the operands paused either
+            log.exception("node %s: unexpected error", self.node_name)
+            return await self._fail(name, f"unexpected error: {exc!r}", paused, started)
+        return await self._succeed(name, paused, started, "applied", changing)
+
+    async def _validate(self, name: str) -> tuple[MigConfigEntry, ...]:
+        config = await self.layouts.load()
+        _, entries = config.select(name, self.layouts.source)
+        await asyncio.to_thread(plan_for_node, self.nvml, name, entries)
+        return entries
+
+    def _changing(self, name: str, entries: tuple[MigConfigEntry, ...]) -> list[int]:
+        states = {s.index: s for s in read_node(self.nvml)}
+        return [
+            t.index
+            for t in plan_for_node(self.nvml, name, entries)
+            if not config_matches(states[t.index], t)
+        ]
+
+    def _apply(self, name: str, entries: tuple[MigConfigEntry, ...]) -> ApplyResult:
+        return apply_config(self.nvml, name, entries, report=lambda line: log.info("%s", line))
+
+    def _revert_pending_modes(self) -> None:
+        """Undo MIG mode changes left pending for a reset or reboot that will not come, so a
+        later reboot does not change the node behind everyone's back."""
+        for state in read_node(self.nvml):
+            if state.mig_capable and state.pending != state.enabled:
+                try:
+                    self.nvml.set_mig_mode(state.index, state.enabled)
+                except NvmlError as exc:
+                    log.error("GPU %d: cannot undo the pending MIG mode: %s", state.index, exc)
+
+    async def _mode_needs_reboot(self, name: str, entries: tuple[MigConfigEntry, ...]) -> bool:
+        result = await asyncio.to_thread(
+            apply_config, self.nvml, name, entries, mode_only=True, skip_reset=True
+        )
+        return bool(result.reset_required)
+
+    # -- workloads and operands ------------------------------------------------------------------
+    def _gpu_of_device(self) -> dict[str, int]:
+        """Device IDs a plugin may advertise (GPU and MIG UUIDs, indexes) -> GPU index."""
+        out: dict[str, int] = {}
+        for dev in self.nvml.devices():
+            out[dev.uuid] = dev.index
+            out[str(dev.index)] = dev.index
+            with contextlib.suppress(NvmlError):
+                for m in self.nvml.mig_devices(dev.index):
+                    out[m.uuid] = dev.index
+                    out[f"{dev.index}:{m.index}"] = dev.index
+        return out
+
+    async def _check_busy(self, changing: list[int]) -> None:
+        socket = self.settings.pod_resources_socket
+        if socket is None or not changing:
+            return
+        try:
+            held = await list_held_devices(socket)
+        except PodResourcesError as exc:
+            raise Failed(f"cannot tell which pods hold GPUs: {exc}") from None
+        gpu_of = await asyncio.to_thread(self._gpu_of_device)
+        busy: dict[int, set[str]] = {}
+        for h in held:
+            if not h.resource.startswith("nvidia.com/"):
+                continue
+            for device_id in h.device_ids:
+                index = gpu_of.get(device_id.split("::", 1)[0])
+                if index is not None and index in changing:
+                    busy.setdefault(index, set()).add(h.pod_ref)
+        if not busy:
+            return
+        what = "; ".join(f"GPU {i}: {', '.join(sorted(p))}" for i, p in sorted(busy.items()))
+        if self.settings.busy_gpus == "proceed":
+            log.warning("repartitioning GPUs that pods hold (configured to proceed): %s", what)
+            return
+        raise Failed(f"refusing to repartition GPUs that workload pods hold devices on: {what}")
+
+    def _recorded_pause(self, node: Node) -> dict[str, str]:
+        raw = annotations_of(node).get(PAUSED_ANNOTATION)
+        if not raw:
+            return {}
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            log.warning("ignoring an unreadable %s annotation: %r", PAUSED_ANNOTATION, raw)
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    async def _pause(self, name: str, node: Node, recorded: dict[str, str]) -> dict[str, str]:
+        """Pause the operands; returns every label paused by this manager -> its value before."""
+        labels = labels_of(node)
+        paused = dict(recorded)
+        for key in self.settings.deploy_labels:
+            value = labels.get(key)
+            if value is None or value in {"false", PAUSED} or key in paused:
+                continue
+            paused[key] = value
+        await self._patch(
+            labels={MIG_STATE_LABEL: State.PENDING.value, **dict.fromkeys(paused, PAUSED)},
+            annotations={PAUSED_ANNOTATION: json.dumps(paused, sort_keys=True)},
+        )
+        operands = ", ".join(k.rsplit(".", 1)[-1] for k in sorted(paused)) or "none"
+        await node_event(
+            self.client,
+            node,
+            reason="MigConfigPending",
+            message=f"applying MIG config {name!r}; paused operands: {operands}",
+            component=COMPONENT,
+        )
+        return paused
+
+    async def _operand_pods(self, keys: set[str]) -> list[Pod]:
+        return [
+            p
+            async for p in self.client.list(
+                Pod, namespace="*", fields={"spec.nodeName": self.node_name}
+            )
+            if _selector_keys(p) & keys
+            and (p.status is None or p.status.phase not in {"Succeeded", "Failed"})
+        ]
+
+    async def _wait_operands_gone(self, keys: set[str]) -> None:
+        if not keys:
+            return
+        deadline = time.monotonic() + self.settings.pods_timeout_s
+        while True:
+            pods = await self._operand_pods(keys)
+            if not pods:
+                return
+            if time.monotonic() >= deadline:
+                names = ", ".join(sorted(_ref(p) for p in pods))
+                raise Failed(
+                    f"operand pods still on the node after {self.settings.pods_timeout_s:.0f}s: {names}"
+                )
+            await asyncio.sleep(self.settings.poll_s)
+
+    # -- endings -------------------------------------------------------------------------------
+    async def _current_state(self) -> str:
+        try:
+            node = await self.client.get(Node, self.node_name)
+        except API_ERRORS:
+            return ""
+        return labels_of(node).get(MIG_STATE_LABEL, "")
+
+    async def _patch(
+        self,
+        labels: dict[str, str | None] | None = None,
+        annotations: dict[str, str | None] | None = None,
+    ) -> Node:
+        return await patch_node_metadata(
+            self.client, self.node_name, labels=labels, annotations=annotations
+        )
+
+    async def _restore_patch(self, paused: dict[str, str], state: State) -> None:
+        """One patch: the state, and each paused label back to its value before (unless
+        someone changed it meanwhile); the record of the pause goes."""
+        node = await self.client.get(Node, self.node_name)
+        current = labels_of(node)
+        paused = {**self._recorded_pause(node), **paused}
+        labels: dict[str, str | None] = {MIG_STATE_LABEL: state.value}
+        labels |= {k: v for k, v in paused.items() if current.get(k) == PAUSED}
+        annotations: dict[str, str | None] | None = (
+            {PAUSED_ANNOTATION: None} if PAUSED_ANNOTATION in annotations_of(node) else None
+        )
+        await self._patch(labels=labels, annotations=annotations)
+
+    async def _write_cdi(self) -> None:
+        if self.settings.cdi_enabled:
+            path = await asyncio.to_thread(cdi.write_spec, self.nvml, self.settings.cdi_dir)
+            log.info("wrote the management CDI spec %s", path)
+
+    async def _succeed(
+        self,
+        name: str,
+        paused: dict[str, str],
+        started: float,
+        how: str,
+        changed: list[int] | None = None,
+    ) -> Outcome:
+        await self._restore_patch(paused, State.SUCCESS)
+        seconds = time.monotonic() - started
+        message = f"MIG config {name!r} {how} in {seconds:.1f}s"
+        log.info("node %s: %s", self.node_name, message)
+        await node_event(
+            self.client,
+            self.node_name,
+            reason="MigConfigSuccess",
+            message=message,
+            component=COMPONENT,
+        )
+        return Outcome(State.SUCCESS, message, seconds, changed or [])
+
+    async def _fail(self, name: str, why: str, paused: dict[str, str], started: float) -> Outcome:
+        gpus = await asyncio.to_thread(describe_node, self.nvml)
+        why = summarise(why)
+        tail = f"\nGPUs now:\n{gpus}"
+        room = max(200, EVENT_BUDGET - len(tail) - len(name) - 30)
+        if len(why) > room:
+            why = why[: room - 3] + "..."
+        message = f"MIG config {name!r} failed: {why}{tail}"
+        log.error("node %s: %s", self.node_name, message)
+        recorded = True
+        try:
+            await self._restore_patch(paused, State.FAILED)
+        except API_ERRORS as exc:
+            log.error("node %s: cannot record the failure: %s", self.node_name, exc)
+            recorded = False
+        await node_event(
+            self.client,
+            self.node_name,
+            reason="MigConfigFailed",
+            message=message,
+            component=COMPONENT,
+            warning=True,
+        )
+        return Outcome(State.FAILED, message, time.monotonic() - started, recorded=recorded)
+
+    async def _reboot_command(self) -> None:
+        log.warning("node %s: rebooting with %s", self.node_name, self.settings.reboot_command)
+        await run_command(self.settings.reboot_command)

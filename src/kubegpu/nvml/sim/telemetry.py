@@ -1,0 +1,266 @@
+"""Plausible telemetry for the simulated node, computed from its state and the time.
+
+Load comes only from the state file: processes started with `SimNvml.start_process`
+(exactly their `sm_percent` and memory) and devices the simulated kubelet marks busy
+because they are allocated to pods (`SimNvml.set_busy`). A busy device runs a synthetic
+workload whose size is a hash of its UUID. Everything else (clocks, power, temperatures,
+profiling ratios, PCIe traffic) follows from load through per-model figures.
+
+Jitter is a hash of the device UUID and a time bucket, never a random generator: every
+process reading the node at the same moment sees the same values, and a node created with
+`;seed=` replays the same telemetry. Idle devices are quiet (no utilisation), but their
+power and temperature still wander a little, as real ones do.
+
+The per-model figures (board power, idle power, clocks) are approximate public
+specifications, used only to make the simulator's numbers look like the card's.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+from dataclasses import dataclass
+
+from kubegpu.catalog import get_model
+from kubegpu.catalog.models import GpuModel
+from kubegpu.nvml.sim.state import GpuState, NodeState
+from kubegpu.nvml.types import (
+    Activity,
+    Clocks,
+    DeviceSample,
+    GpuInstanceSample,
+    MemoryInfo,
+    RemappedRows,
+    Utilization,
+)
+
+BUCKET_S = 5.0  # jitter changes every BUCKET_S seconds
+AMBIENT_C = 30.0
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Approximate public figures of one model (simulator only)."""
+
+    board_power_w: float
+    idle_power_w: float
+    sm_max_mhz: int
+    sm_idle_mhz: int
+    memory_mhz: int
+    hbm: bool  # HBM parts report a memory temperature
+
+
+FIGURES: dict[str, Figures] = {
+    "a100-40gb": Figures(400, 55, 1410, 210, 1215, True),
+    "a100-80gb": Figures(400, 60, 1410, 210, 1593, True),
+    "a30": Figures(165, 30, 1440, 210, 1215, True),
+    "h100-80gb": Figures(700, 70, 1980, 345, 2619, True),
+    "h100-pcie": Figures(350, 50, 1755, 345, 1593, True),
+    "h100-nvl": Figures(400, 60, 1785, 345, 2619, True),
+    "gh200": Figures(900, 90, 1980, 345, 2619, True),
+    "gh200-144gb": Figures(900, 90, 1980, 345, 2619, True),
+    "h200": Figures(700, 75, 1980, 345, 3201, True),
+    "h200-nvl": Figures(600, 70, 1785, 345, 3201, True),
+    "b200": Figures(1000, 140, 1965, 120, 3996, True),
+    "gb200": Figures(1200, 150, 2062, 120, 3996, True),
+    "rtx-pro-6000-se": Figures(600, 35, 2617, 180, 14001, False),
+    "rtx-pro-6000-ws": Figures(600, 30, 2617, 180, 14001, False),
+    "rtx-pro-6000-maxq": Figures(300, 25, 2287, 180, 14001, False),
+    "rtx-pro-5000": Figures(300, 25, 2617, 180, 14001, False),
+    "rtx-pro-5000-72gb": Figures(300, 25, 2617, 180, 14001, False),
+    "rtx-pro-4500": Figures(200, 20, 2617, 180, 14001, False),
+    "rtx-pro-4000": Figures(140, 15, 2617, 180, 14001, False),
+    "rtx-pro-4000-sff": Figures(70, 12, 2287, 180, 14001, False),
+    "rtx-pro-2000": Figures(70, 12, 2287, 180, 14001, False),
+    "l4": Figures(72, 16, 2040, 210, 6251, False),
+    "l40s": Figures(350, 35, 2520, 210, 9001, False),
+    "l40": Figures(300, 35, 2490, 210, 9001, False),
+    "a10": Figures(150, 20, 1695, 210, 6251, False),
+    "a2": Figures(60, 10, 1770, 210, 6251, False),
+}
+GENERIC = Figures(300, 30, 1800, 210, 2619, True)
+
+
+def figures(model: GpuModel) -> Figures:
+    return FIGURES.get(model.id, GENERIC)
+
+
+# -- deterministic jitter ------------------------------------------------------------------
+@functools.lru_cache(maxsize=16384)
+def unit(*key: object) -> float:
+    """A stable number in [0, 1) for `key` (a hash, not a random draw)."""
+    digest = hashlib.blake2b(":".join(map(str, key)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def jitter(now: float, *key: object) -> float:
+    """A number in [-1, 1] that changes every BUCKET_S seconds, the same for every reader."""
+    return 2.0 * unit(*key, math.floor(now / BUCKET_S)) - 1.0
+
+
+# -- load ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Load:
+    """What runs on one entity (a whole GPU or one GPU instance)."""
+
+    key: str  # jitter key: the GPU UUID, or "<GPU UUID>/gi<id>"
+    sm_percent: float  # 0-100
+    used_mib: int
+    total_mib: int
+
+    @property
+    def ratio(self) -> float:
+        return self.sm_percent / 100.0
+
+
+def _load(
+    key: str,
+    total_mib: int,
+    procs: list[tuple[int, int]],
+    busy: int,
+    now: float | None,
+) -> Load:
+    """Processes (sm %, MiB) plus `busy` synthetic workloads; `now=None`: without jitter."""
+    sm = float(sum(p[0] for p in procs))
+    used = sum(p[1] for p in procs)
+    share = 0.0
+    for replica in range(busy):
+        size = unit(key, "workload", replica)
+        wobble = 0.0 if now is None else 8.0 * jitter(now, key, "sm", replica)
+        sm += max(1.0, 40.0 + 50.0 * size + wobble)
+        share += (0.3 + 0.55 * unit(key, "memory", replica)) if replica == 0 else 0.1 + 0.2 * size
+    used += int(total_mib * min(share, 0.95))
+    return Load(key, min(100.0, sm), min(total_mib, used), total_mib)
+
+
+def _busy(state: NodeState, uuids: list[str]) -> int:
+    marks = state.get("busy", {})
+    return sum(int(marks.get(u, 0)) for u in uuids)
+
+
+def entity_loads(
+    state: NodeState, gpu: GpuState, now: float | None
+) -> tuple[Load, list[tuple[int, Load]]]:
+    """The GPU's load and, on a MIG GPU, each GPU instance's (id, load)."""
+    model = get_model(gpu["model"])
+    if not (gpu["mig_current"] and model.mig and gpu["gpu_instances"]):
+        procs = [(p["sm_percent"], p["used_memory_mib"]) for p in gpu["processes"]]
+        return _load(gpu["uuid"], model.memory_mib, procs, _busy(state, [gpu["uuid"]]), now), []
+    mig = model.mig
+    instances: list[tuple[int, Load]] = []
+    sm = 0.0
+    used = 0
+    for gi in sorted(gpu["gpu_instances"], key=lambda g: g["id"]):
+        profile = mig.profile_by_id(gi["profile_id"])
+        procs = [
+            (p["sm_percent"], p["used_memory_mib"]) for p in gpu["processes"] if p["gi"] == gi["id"]
+        ]
+        uuids = [c["uuid"] for c in gi["compute_instances"]]
+        load = _load(
+            f"{gpu['uuid']}/gi{gi['id']}", profile.memory_mib, procs, _busy(state, uuids), now
+        )
+        instances.append((gi["id"], load))
+        sm += load.sm_percent * profile.compute_slices / mig.compute_slices
+        used += load.used_mib
+    used += sum(p["used_memory_mib"] for p in gpu["processes"] if p["gi"] is None)
+    whole = Load(gpu["uuid"], min(100.0, sm), min(model.memory_mib, used), model.memory_mib)
+    return whole, instances
+
+
+# -- what follows from load ----------------------------------------------------------------
+def mean_power_w(model: GpuModel, ratio: float) -> float:
+    f = figures(model)
+    if ratio <= 0:
+        return f.idle_power_w
+    return f.idle_power_w + (f.board_power_w - f.idle_power_w) * (0.1 + 0.9 * ratio)
+
+
+def energy_mj(gpu: GpuState, state: NodeState, now: float) -> float:
+    """Energy since the state was created: the folded total plus the current stretch."""
+    since = gpu.get("energy_at")
+    total = float(gpu.get("energy_mj", 0.0))
+    if since is None:
+        return total
+    load, _ = entity_loads(state, gpu, None)
+    return total + mean_power_w(get_model(gpu["model"]), load.ratio) * max(0.0, now - since) * 1e3
+
+
+def fold_energy(state: NodeState, now: float) -> None:
+    """Book the energy used so far at the current load; call before the load changes."""
+    for gpu in state["gpus"]:
+        if "energy_at" in gpu:
+            gpu["energy_mj"] = energy_mj(gpu, state, now)
+        gpu["energy_at"] = now
+
+
+def activity(load: Load, now: float) -> Activity:
+    u = load.ratio
+    k = load.key
+    pcie = u * GIB * (0.2 + 1.8 * unit(k, "pcie"))
+    return Activity(
+        graphics_active=u,
+        sm_active=u * (0.85 + 0.1 * unit(k, "sm_active")),
+        sm_occupancy=u * (0.25 + 0.35 * unit(k, "occupancy")),
+        tensor_active=u * (0.2 + 0.6 * unit(k, "tensor")),
+        dram_active=u * (0.3 + 0.4 * unit(k, "dram")),
+        fp64_active=u * 0.02 * unit(k, "fp64"),
+        fp32_active=u * (0.1 + 0.3 * unit(k, "fp32")),
+        fp16_active=u * (0.05 + 0.2 * unit(k, "fp16")),
+        pcie_tx_bytes_per_s=float(round(pcie * (0.4 + 0.05 * jitter(now, k, "tx")))),
+        pcie_rx_bytes_per_s=float(round(pcie * (0.6 + 0.05 * jitter(now, k, "rx")))),
+    )
+
+
+def device_sample(state: NodeState, gpu: GpuState, now: float) -> DeviceSample:
+    """Everything a monitoring agent reads from one simulated GPU at time `now`."""
+    model = get_model(gpu["model"])
+    f = figures(model)
+    whole, instances = entity_loads(state, gpu, now)
+    u = whole.ratio
+    key = gpu["uuid"]
+    power = mean_power_w(model, u) + 0.01 * f.board_power_w * jitter(now, key, "power")
+    sm_clock = f.sm_idle_mhz
+    if u > 0:  # boost, easing off a little near full load as power limits bite
+        sm_clock = int(f.sm_max_mhz * (1 - 0.06 * max(0.0, u - 0.85) / 0.15)) // 15 * 15
+    temp = round(AMBIENT_C + 2.0 + 42.0 * u + jitter(now, key, "temp"))
+    mig = bool(gpu["mig_current"])
+    gi_samples: list[GpuInstanceSample] = []
+    if mig and model.mig:
+        by_id = {gi["id"]: gi for gi in gpu["gpu_instances"]}
+        for gi_id, load in instances:
+            gi = by_id[gi_id]
+            profile = model.mig.profile_by_id(gi["profile_id"])
+            gi_samples.append(
+                GpuInstanceSample(
+                    gpu_instance_id=gi_id,
+                    profile_id=profile.id,
+                    profile=profile.name,
+                    memory=MemoryInfo(load.total_mib, load.used_mib),
+                    activity=activity(load, now),
+                    mig_device_uuids=tuple(
+                        c["uuid"] for c in sorted(gi["compute_instances"], key=lambda c: c["id"])
+                    ),
+                )
+            )
+    whole_activity = activity(whole, now)
+    dram = whole_activity.dram_active or 0.0
+    return DeviceSample(
+        index=gpu["index"],
+        clocks=Clocks(sm_clock, f.memory_mhz),
+        gpu_temp_c=temp,
+        memory_temp_c=temp + 4 + round(3 * u) if f.hbm else None,
+        power_w=round(power, 3),
+        energy_mj=int(energy_mj(gpu, state, now)),
+        pcie_replays=0,
+        # NVML does not report device utilisation rates while MIG mode is on
+        utilization=None if mig else Utilization(round(whole.sm_percent), round(100 * dram)),
+        encoder_percent=0,
+        decoder_percent=0,
+        memory=MemoryInfo(whole.total_mib, whole.used_mib),
+        remapped_rows=RemappedRows(0, 0, False, False),
+        activity=whole_activity,
+        mig_enabled=mig,
+        gpu_instances=tuple(gi_samples),
+    )

@@ -1,0 +1,472 @@
+"""The operator's runtime: watch caches, one reconcile loop, server-side apply.
+
+A thin asyncio controller on lightkube (not kopf; docs/operator.md says why). Informers
+keep caches of the ClusterPolicies, GPUClusters, Nodes and every object the operator owns
+(selected server-side by the `app.kubernetes.io/managed-by` label). Any relevant change
+marks the world dirty; the loop debounces and runs `reconcile_once()`, which:
+
+1. picks the active ClusterPolicy (the oldest; others get `ignored`), and stops with a
+   clear condition if a GPUCluster exists as well;
+2. labels the GPU nodes (`labels.label_changes`), patching only nodes that need it;
+3. renders the desired objects and applies, under one field manager, only those whose
+   hash differs from the live object's `nvidia.com/last-applied-hash`;
+4. deletes owned objects that are no longer desired (disabled components);
+5. writes status and conditions, only when they changed.
+
+Everything it decides comes from the caches, so a spec change costs a constant number of
+API requests however many nodes there are, and a restarted operator converges on what is
+already there (server-side apply of fixed names never duplicates an object).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx2 as httpx
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Service, ServiceAccount
+from lightkube.resources.node_v1 import RuntimeClass
+from lightkube.resources.rbac_authorization_v1 import (
+    ClusterRole,
+    ClusterRoleBinding,
+    Role,
+    RoleBinding,
+)
+from lightkube.types import PatchType
+
+from kubegpu.kube.crds import ClusterPolicyResource, GPUClusterResource, parse_policy_spec
+from kubegpu.kube.informer import Informer, key_of
+from kubegpu.operator import labels as node_labels
+from kubegpu.operator import status as st
+from kubegpu.operator.render import (
+    DEFAULT_IMAGE,
+    DEFAULT_NAMESPACE,
+    HASH_ANNOTATION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    STATE_LABEL,
+    ClusterFacts,
+    Owner,
+    Rendered,
+    render,
+)
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "kubegpu-operator"
+Obj = dict[str, Any]
+
+ServiceMonitorResource = create_namespaced_resource(
+    "monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors"
+)
+
+# kinds the operator renders: resource class, namespaced
+OWNED: dict[str, tuple[Any, bool]] = {
+    "RuntimeClass": (RuntimeClass, False),
+    "ServiceAccount": (ServiceAccount, True),
+    "ClusterRole": (ClusterRole, False),
+    "ClusterRoleBinding": (ClusterRoleBinding, False),
+    "Role": (Role, True),
+    "RoleBinding": (RoleBinding, True),
+    "ConfigMap": (ConfigMap, True),
+    "DaemonSet": (DaemonSet, True),
+    "Service": (Service, True),
+    "ServiceMonitor": (ServiceMonitorResource, True),
+}
+# prune in this order: workloads first, their permissions last
+PRUNE_ORDER = (
+    "DaemonSet",
+    "ServiceMonitor",
+    "Service",
+    "ConfigMap",
+    "RoleBinding",
+    "Role",
+    "ClusterRoleBinding",
+    "ClusterRole",
+    "ServiceAccount",
+    "RuntimeClass",
+)
+PSA_LABELS = {
+    f"pod-security.kubernetes.io/{mode}": "privileged" for mode in ("enforce", "audit", "warn")
+}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class OperatorConfig:
+    namespace: str = DEFAULT_NAMESPACE
+    kubegpu_image: str = DEFAULT_IMAGE
+    image_env: Mapping[str, str] = field(default_factory=dict)
+    renew_s: float = 60.0  # watch renewal; liveness fails after 3x without contact
+    debounce_s: float = 0.05
+    retry_max_s: float = 3.0
+
+
+class Api:
+    """The operator's writes, counted by verb (the benchmark reads the counters)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self.counts: Counter[str] = Counter()
+
+    def count(self, verb: str) -> None:
+        self.counts[verb] += 1
+
+    async def apply(self, obj: Obj) -> Obj:
+        resource, namespaced = OWNED[obj["kind"]]
+        meta = obj["metadata"]
+        self.count("apply")
+        result = await self.client.patch(
+            resource,
+            meta["name"],
+            obj,
+            namespace=meta.get("namespace") if namespaced else None,
+            patch_type=PatchType.APPLY,
+            field_manager=FIELD_MANAGER,
+            force=True,
+        )
+        out: Obj = result.to_dict()
+        return out
+
+    async def delete(self, kind: str, namespace: str, name: str) -> None:
+        resource, namespaced = OWNED[kind]
+        self.count("delete")
+        try:
+            await self.client.delete(resource, name, namespace=namespace if namespaced else None)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+
+    async def label_node(self, name: str, patch: Mapping[str, str | None]) -> Obj:
+        self.count("patch")
+        result = await self.client.patch(
+            Node, name, {"metadata": {"labels": dict(patch)}}, patch_type=PatchType.MERGE
+        )
+        out: Obj = result.to_dict()
+        return out
+
+    async def policy_status(self, name: str, status: Obj) -> Obj:
+        self.count("status")
+        result = await self.client.patch(
+            ClusterPolicyResource.Status, name, {"status": status}, patch_type=PatchType.MERGE
+        )
+        out: Obj = dict(result)
+        return out
+
+    async def label_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        self.count("patch")
+        await self.client.patch(
+            Namespace, name, {"metadata": {"labels": dict(labels)}}, patch_type=PatchType.MERGE
+        )
+
+
+class Operator:
+    def __init__(self, client: AsyncClient, config: OperatorConfig | None = None) -> None:
+        self.config = config or OperatorConfig()
+        self.api = Api(client)
+        ns = self.config.namespace
+        owned = {MANAGED_BY_LABEL: MANAGED_BY}
+        renew = self.config.renew_s
+
+        def informer(resource: Any, **kw: Any) -> Informer:
+            return Informer(client, resource, renew_s=renew, count=self.api.count, **kw)
+
+        self.policies = informer(ClusterPolicyResource, on_change=self._policy_changed)
+        self.gpu_clusters = informer(GPUClusterResource, on_change=self._any_change, optional=True)
+        self.nodes = informer(Node, on_change=self._node_changed)
+        self.owned: dict[str, Informer] = {
+            kind: informer(
+                resource,
+                namespace=ns if namespaced else None,
+                labels=owned,
+                on_change=self._owned_changed,
+                optional=kind == "ServiceMonitor",
+            )
+            for kind, (resource, namespaced) in OWNED.items()
+        }
+        self._dirty = asyncio.Event()
+        self._dirty_since: float | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._psa_done: tuple[str, int] | None = None
+        self.reconciles = 0
+        self.last_outcome: st.Outcome | None = None
+        self.last_rendered: Rendered | None = None
+        self.loop_alive = 0.0
+
+    # -- change filters (informer callbacks) -------------------------------------------------------
+    def trigger(self) -> None:
+        if not self._dirty.is_set():
+            self._dirty_since = time.monotonic()
+        self._dirty.set()
+
+    def _any_change(self, op: str, old: Obj | None, new: Obj | None) -> None:
+        self.trigger()
+
+    def _policy_changed(self, op: str, old: Obj | None, new: Obj | None) -> None:
+        # our own status writes come back as events: only spec (generation) changes count
+        if old is None or new is None or _generation(old) != _generation(new):
+            self.trigger()
+
+    def _node_changed(self, op: str, old: Obj | None, new: Obj | None) -> None:
+        if old is None or new is None:
+            self.trigger()
+            return
+        if node_labels.relevant_labels(_labels(old)) != node_labels.relevant_labels(_labels(new)):
+            self.trigger()
+
+    def _owned_changed(self, op: str, old: Obj | None, new: Obj | None) -> None:
+        # any DaemonSet change (status drives readiness); for the rest, creation, deletion
+        # or someone else's edit of what we applied
+        changed = (
+            old is None or new is None or new.get("kind") == "DaemonSet" or _hash(new) != _hash(old)
+        )
+        if changed:
+            self.trigger()
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.policies, self.gpu_clusters, self.nodes, *self.owned.values()]
+
+    async def start(self) -> None:
+        for inf in self.informers:
+            self._tasks.append(asyncio.create_task(inf.run(), name=f"informer:{inf.kind}"))
+        self._tasks.append(asyncio.create_task(self._loop(), name="reconcile"))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+
+    async def run(self) -> None:
+        await self.start()
+        try:
+            await asyncio.gather(*self._tasks)
+        finally:
+            await self.stop()
+
+    async def wait_synced(self) -> None:
+        await asyncio.gather(*(inf.synced.wait() for inf in self.informers))
+
+    def live(self) -> tuple[bool, str]:
+        """Liveness: every watch had contact recently, and a pending reconcile is not stuck."""
+        now = time.monotonic()
+        stale = [i.kind for i in self.informers if i.synced.is_set() and not i.healthy(now)]
+        if stale:
+            return False, f"watches without contact: {', '.join(stale)}\n"
+        dead = [t.get_name() for t in self._tasks if t.done()]
+        if dead:
+            return False, f"stopped: {', '.join(dead)}\n"
+        if self._dirty_since is not None and now - self._dirty_since > max(
+            60.0, 3 * self.config.renew_s
+        ):
+            return False, "reconcile loop stuck\n"
+        return True, "ok\n"
+
+    def ready(self) -> tuple[bool, str]:
+        pending = [i.kind for i in self.informers if not i.synced.is_set()]
+        return (not pending, "ok\n" if not pending else f"syncing: {', '.join(pending)}\n")
+
+    def metrics(self) -> str:
+        lines = [
+            "# HELP kubegpu_operator_api_requests_total API requests by verb.",
+            "# TYPE kubegpu_operator_api_requests_total counter",
+        ]
+        for verb, n in sorted(self.api.counts.items()):
+            lines.append(f'kubegpu_operator_api_requests_total{{verb="{verb}"}} {n}')
+        lines.append(f"kubegpu_operator_reconciles_total {self.reconciles}")
+        return "\n".join(lines) + "\n"
+
+    # -- the loop -----------------------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        await self.wait_synced()
+        self.trigger()
+        delay = 0.1
+        while True:
+            await self._dirty.wait()
+            await asyncio.sleep(self.config.debounce_s)
+            self._dirty.clear()
+            try:
+                await self.reconcile_once()
+                delay = 0.1
+            except (ApiError, httpx.HTTPError, OSError) as exc:
+                log.warning("reconcile failed: %s; retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config.retry_max_s)
+                self.trigger()
+            else:
+                if not self._dirty.is_set():
+                    self._dirty_since = None
+            self.loop_alive = time.monotonic()
+
+    async def reconcile_once(self) -> None:
+        self.reconciles += 1
+        ns = self.config.namespace
+        policies = sorted(
+            self.policies.items(),
+            key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]),
+        )
+        policies = [p for p in policies if not p["metadata"].get("deletionTimestamp")]
+        if not policies:
+            return
+        active, others = policies[0], policies[1:]
+        for other in others:
+            await self._write_status(
+                other, _ignored(ns, active["metadata"]["name"], other.get("status"))
+            )
+        generation = _generation(active)
+        conflicts = sorted(o["metadata"]["name"] for o in self.gpu_clusters.items())
+        if conflicts:
+            outcome = st.conflict_outcome(conflicts)
+            self.last_outcome = outcome
+            await self._write_status(
+                active, st.policy_status(outcome, active.get("status"), ns, _now(), generation)
+            )
+            return
+        spec = parse_policy_spec(active.get("spec"))
+        await self._label_nodes(spec)
+        if spec.psa.enabled and self._psa_done != (active["metadata"]["uid"], generation):
+            await self.api.label_namespace(ns, PSA_LABELS)
+            self._psa_done = (active["metadata"]["uid"], generation)
+        facts = self._facts(active)
+        rendered = render(spec, facts)
+        self.last_rendered = rendered
+        apply_errors: list[str] = []
+        if not rendered.problems:
+            apply_errors = await self._apply(rendered)
+        daemonsets = {o["metadata"]["name"]: o for o in self.owned["DaemonSet"].items()}
+        outcome = st.evaluate(
+            rendered,
+            daemonsets,
+            gpu_nodes=facts.gpu_nodes,
+            nfd_labels=any(node_labels.has_nfd_labels(_labels(n)) for n in self.nodes.items()),
+            apply_errors=apply_errors,
+        )
+        self.last_outcome = outcome
+        await self._write_status(
+            active, st.policy_status(outcome, active.get("status"), ns, _now(), generation)
+        )
+
+    # -- steps ---------------------------------------------------------------------------------------------
+    def _facts(self, policy: Obj) -> ClusterFacts:
+        gpu_nodes = sorted(
+            (n for n in self.nodes.items() if _labels(n).get(node_labels.GPU_PRESENT) == "true"),
+            key=lambda n: n["metadata"]["name"],
+        )
+        return ClusterFacts(
+            namespace=self.config.namespace,
+            kubegpu_image=self.config.kubegpu_image,
+            owner=Owner(policy["metadata"]["name"], policy["metadata"]["uid"]),
+            gpu_nodes=len(gpu_nodes),
+            os_tag=node_labels.os_tag(_labels(gpu_nodes[0])) if gpu_nodes else None,
+            service_monitor_crd=self.owned["ServiceMonitor"].available,
+            image_env=self.config.image_env,
+        )
+
+    async def _label_nodes(self, spec: Any) -> None:
+        for node in self.nodes.items():
+            patch = node_labels.label_changes(_labels(node), spec)
+            if patch:
+                name = node["metadata"]["name"]
+                log.info("node %s: labels %s", name, patch)
+                try:
+                    self.nodes.store(await self.api.label_node(name, patch))
+                except ApiError as exc:
+                    if exc.status.code != 404:  # a node deleted meanwhile is no error
+                        raise
+
+    async def _apply(self, rendered: Rendered) -> list[str]:
+        errors: list[str] = []
+        desired: set[tuple[str, str, str]] = set()
+        for obj in rendered.objects():
+            kind, meta = obj["kind"], obj["metadata"]
+            namespace = str(meta.get("namespace") or "")
+            desired.add((kind, namespace, meta["name"]))
+            informer = self.owned[kind]
+            if kind == "ServiceMonitor" and not informer.available:
+                continue
+            live = informer.get(namespace, meta["name"])
+            if live is not None and _hash(live) == meta["annotations"][HASH_ANNOTATION]:
+                continue
+            try:
+                informer.store(await self.api.apply(obj))
+            except ApiError as exc:
+                errors.append(f"{kind} {meta['name']}: {exc.status.message}")
+        if errors:
+            return errors  # do not prune while the desired set could not be applied
+        failed_states = {s.name for s in rendered.states if s.error}
+        for kind in PRUNE_ORDER:
+            for obj in self.owned[kind].items():
+                namespace, name = key_of(obj)
+                if (kind, namespace, name) in desired:
+                    continue
+                if _labels(obj).get(STATE_LABEL) in failed_states:
+                    continue  # a state that failed to render keeps what it had
+                log.info("removing %s %s (no longer desired)", kind, name)
+                await self.api.delete(kind, namespace, name)
+                self.owned[kind].forget(namespace, name)
+        return errors
+
+    async def _write_status(self, policy: Obj, status: Obj) -> None:
+        current = policy.get("status") or {}
+        if current == status:
+            return
+        name = policy["metadata"]["name"]
+        try:
+            self.policies.store(await self.api.policy_status(name, status))
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+
+
+def _labels(obj: Obj) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def _hash(obj: Obj) -> str | None:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(HASH_ANNOTATION)
+    return str(value) if value is not None else None
+
+
+def _generation(obj: Obj) -> int:
+    return int((obj.get("metadata") or {}).get("generation") or 0)
+
+
+def _ignored(namespace: str, active: str, previous: Obj | None) -> Obj:
+    message = f"only the oldest ClusterPolicy is used; {active!r} is active"
+    since = _now()
+    for c in (previous or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("reason") == "Ignored" and c.get("status") == "False":
+            since = c.get("lastTransitionTime", since)
+    return {
+        "state": st.IGNORED,
+        "namespace": namespace,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "Ignored",
+                "message": message,
+                "lastTransitionTime": since,
+                "observedGeneration": 0,
+            }
+        ],
+    }

@@ -1,0 +1,97 @@
+"""The planner's algorithm core: a domain-free packing problem and two solvers behind one call.
+
+`solve(provider, reporter, method=...)` asks the provider for bins, demands, patterns and
+uses (see `problem.py`), solves with the exact integer programme (HiGHS), the greedy
+heuristic, or both ("auto": the heuristic, then the exact solver when the problem is small
+enough, started from the heuristic's answer), and tells the reporter what it decided.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from kubegpu.plan.core.exact import solve_exact
+from kubegpu.plan.core.heuristic import report_solution, solve_heuristic
+from kubegpu.plan.core.problem import Bin, Demand, Group, Pattern, Problem, Provider, Use
+from kubegpu.plan.core.reporter import BaseReporter
+from kubegpu.plan.core.solution import BinPlan, Placement, Solution, evaluate, verify
+
+__all__ = [
+    "BaseReporter",
+    "Bin",
+    "BinPlan",
+    "Demand",
+    "Group",
+    "Method",
+    "Pattern",
+    "Placement",
+    "Problem",
+    "Provider",
+    "Solution",
+    "Use",
+    "evaluate",
+    "exact_size",
+    "solve",
+    "solve_problem",
+    "verify",
+]
+
+Method = Literal["auto", "exact", "heuristic"]
+
+# "auto" runs the exact solver when the integer programme has at most this many item
+# variables and bins; above it the heuristic's answer stands. The exact solver stops after
+# `node_limit` branch-and-bound nodes (1,000 by default: under 20 s for the corpus's
+# 128-GPU scenario here), so its answer does not depend on the machine's speed; the time
+# limit is only a safety net.
+AUTO_EXACT_VARIABLES = 4_000
+AUTO_EXACT_BINS = 64
+
+
+def exact_size(problem: Problem) -> int:
+    """Item variables of the integer programme (the dominant part of its size)."""
+    return sum(len(u) for u in problem.uses.values())
+
+
+def solve(
+    provider: Provider,
+    reporter: BaseReporter | None = None,
+    *,
+    method: Method = "auto",
+    time_limit: float = 30.0,
+    node_limit: int = 1_000,
+) -> tuple[Problem, Solution]:
+    problem = Problem.compile(provider)
+    return problem, solve_problem(
+        problem, reporter, method=method, time_limit=time_limit, node_limit=node_limit
+    )
+
+
+def solve_problem(
+    problem: Problem,
+    reporter: BaseReporter | None = None,
+    *,
+    method: Method = "auto",
+    time_limit: float = 30.0,
+    node_limit: int = 1_000,
+) -> Solution:
+    rep = reporter or BaseReporter()
+    use_exact = method == "exact" or (
+        method == "auto"
+        and exact_size(problem) <= AUTO_EXACT_VARIABLES
+        and len(problem.bins) <= AUTO_EXACT_BINS
+    )
+    rep.starting(len(problem.bins), len(problem.demands), "exact" if use_exact else "heuristic")
+    offered = {(d, o) for d, o, _b in problem.uses}
+    for d, dem in enumerate(problem.demands):
+        for o, option in enumerate(dem.options):
+            if (d, o) not in offered:
+                rep.unavailable(dem.key, option)
+    started = time.monotonic()
+    sol = solve_heuristic(problem)
+    if use_exact:
+        left = max(1.0, time_limit - (time.monotonic() - started))
+        sol = solve_exact(problem, sol, time_limit=left, node_limit=node_limit)
+    report_solution(problem, sol, rep)
+    rep.ending(sol)
+    return sol

@@ -1,0 +1,143 @@
+"""The planner's input file: sizes, models and fields are checked, and errors say where."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubegpu.plan import PlanInputError, load_input, parse_data, parse_input
+from kubegpu.plan.inputs import parse_compute, parse_memory
+
+FLEET = [{"name": "n1", "gpus": "h100-80gb:2"}]
+
+
+def data(**workload: Any) -> dict[str, Any]:
+    return {"fleet": FLEET, "workloads": [{"name": "w", "memory": "8GiB", **workload}]}
+
+
+@pytest.mark.parametrize(
+    ("text", "mib"),
+    [("12GiB", 12288), ("12Gi", 12288), ("12", 12288), (1.5, 1536), ("12288MiB", 12288),
+     ("12GB", 11445), ("512Mi", 512)],
+)  # fmt: skip
+def test_memory_units(text: Any, mib: int) -> None:
+    assert parse_memory(text) == mib
+
+
+@pytest.mark.parametrize(
+    ("text", "out"), [(0.25, (0.25, 0)), ("25%", (0.25, 0)), ("16sm", (0.0, 16))]
+)
+def test_compute_forms(text: Any, out: tuple[float, int]) -> None:
+    assert parse_compute(text) == out
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"memory": "-4GiB"}, "is not a memory size"),
+        ({"memory": "0GiB"}, "must be more than 0"),
+        ({"memory": "4 parsecs"}, "is not a memory size"),
+        ({"compute": 1.5}, "between 0 and 1"),
+        ({"compute": "-3sm"}, "compute"),
+        ({"replicas": -1}, "replicas -1 is negative"),
+        ({"gpus": 0}, "gpus 0 must be 1..16"),
+        ({"gpus": 17}, "one pod is on one node"),
+        ({"isolation": "some"}, "isolation"),
+        ({"kind": "batch"}, "kind"),
+        ({"name": "Bad_Name"}, "not a workload name"),
+        ({"colour": "blue"}, "colour"),
+        ({"replicas": "4"}, "replicas"),
+    ],
+)
+def test_bad_workload_fields_name_the_field(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(PlanInputError) as err:
+        parse_data(data(**change), "in.yaml")
+    text = str(err.value)
+    name = change.get("name", "w")
+    assert text.startswith(f"in.yaml: field workloads[{name!r}]"), text
+    assert message in text
+
+
+def test_unknown_model_lists_the_known_ones() -> None:
+    with pytest.raises(
+        PlanInputError,
+        match=r"fleet\['n1'\].gpus.*unknown GPU model 'h300'.*known models: a100-40gb",
+    ):
+        parse_data({"fleet": [{"name": "n1", "gpus": "h300:8"}], "workloads": []})
+
+
+@pytest.mark.parametrize(
+    ("fleet", "message"),
+    [
+        ([{"name": "n1", "gpus": "h100-80gb:0"}], "must be at least 1"),
+        ([{"name": "n1", "gpus": "h100-80gb:20"}], "at most 16"),
+        ([{"name": "n1", "gpus": "h100-80gb:x"}], "not a whole number"),
+        ([{"name": "n1", "gpus": "h100-80gb:2;colour=red"}], "unknown option"),
+        ([{"name": "n1", "gpus": "l4:1", "driver": "new"}], "not a driver version"),
+        ([{"name": "n1", "gpus": "l4:1"}, {"name": "n1", "gpus": "l4:1"}], "node names used twice"),
+        (
+            [{"name": "n1", "gpus": "l4:2", "current": {"gpus": {5: {"busy": "whole"}}}}],
+            "out of range",
+        ),
+        (
+            [
+                {
+                    "name": "n1",
+                    "gpus": "h100-80gb:1",
+                    "current": {"gpus": {0: {"busy": {"1g.10gb": 2}}}},
+                }
+            ],
+            "need the GPU's current mig layout",
+        ),
+        ([{"name": "n1", "gpus": "l4:1", "current": {"sharing": "mps"}}], "needs replicas >= 2"),
+    ],
+)
+def test_bad_fleet(fleet: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(PlanInputError, match=message):
+        parse_data({"fleet": fleet, "workloads": []})
+
+
+def test_needs_a_fleet_or_something_to_buy() -> None:
+    with pytest.raises(PlanInputError, match="no fleet and nothing to buy"):
+        parse_data({"workloads": []})
+
+
+def test_buy_mode_fields() -> None:
+    with pytest.raises(PlanInputError, match="card_price"):
+        parse_data(
+            {
+                "buy": [{"name": "b", "model": "l4", "card_price": 0, "max_cards": 4}],
+                "workloads": [],
+            }
+        )
+    inp = parse_data(
+        {"buy": [{"name": "b", "model": "L4", "card_price": 10, "max_cards": 4}], "workloads": []}
+    )
+    assert inp.buy[0].model == "l4"
+
+
+def test_malformed_yaml_says_where() -> None:
+    with pytest.raises(PlanInputError, match=r"in.yaml: line \d+, column \d+ malformed YAML"):
+        parse_input("fleet:\n  - name: [x\n", "in.yaml")
+
+
+def test_count_expands_node_names() -> None:
+    inp = parse_data({"fleet": [{"name": "l4", "gpus": "l4:4", "count": 3}], "workloads": []})
+    assert inp.node_names() == ["l4-1", "l4-2", "l4-3"]
+
+
+def test_files_merge(tmp_path: Path) -> None:
+    (tmp_path / "fleet.yaml").write_text(
+        "fleet:\n  - {name: n1, gpus: 'l4:1'}\noptions: {solver: exact}\n"
+    )
+    (tmp_path / "work.yaml").write_text(
+        "workloads:\n  - {name: w, memory: 4GiB}\noptions: {time_limit: 5}\n"
+    )
+    inp = load_input([tmp_path / "fleet.yaml", tmp_path / "work.yaml"])
+    assert inp.options.solver == "exact"
+    assert inp.options.time_limit == 5
+    assert [w.name for w in inp.workloads] == ["w"]
+    with pytest.raises(PlanInputError, match="cannot read"):
+        load_input([tmp_path / "missing.yaml"])

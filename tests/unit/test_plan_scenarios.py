@@ -1,0 +1,77 @@
+"""The scenario corpus (tests/scenarios/*.yaml): every plan keeps every rule, every emitted
+file validates, and each scenario's expected properties hold.
+
+Each file is a planner input plus `description` and `expect`:
+complete, methods, profiles, strategy, sharing, left, no_card, suggests, max_gpus, max_cost,
+prerequisite (node -> text), reason (a rule id the reporter cites), warning, large.
+Small scenarios run the default solver (exact when small); generated medium and large
+fleets run the heuristic, which is what `auto` uses at that size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubegpu.plan import make_plan, parse_data
+from kubegpu.plan.check import check_plan
+
+SCENARIOS = sorted((Path(__file__).parents[1] / "scenarios").glob("*.yaml"))
+
+
+def _load(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    data = yaml.safe_load(path.read_text())
+    data.pop("description")
+    return data, data.pop("expect") or {}
+
+
+def test_corpus_is_large_enough() -> None:
+    assert len(SCENARIOS) >= 30
+    gpus = []
+    for path in SCENARIOS:
+        data, _ = _load(path)
+        inp = parse_data(data, str(path))
+        gpus.append(sum(sum(k for _, k in n.models()) * n.count for n in inp.fleet))
+    assert min(gpus) <= 1
+    assert max(gpus) >= 1000
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_scenario(path: Path) -> None:
+    data, expect = _load(path)
+    inp = parse_data(data, str(path))
+    medium = path.stem.startswith(("4", "5"))
+    plan = make_plan(inp, solver="heuristic" if medium else None, suggest=not medium)
+    assert check_plan(inp, plan) == []
+    if "complete" in expect:
+        assert plan.complete == expect["complete"], [(w.name, w.left) for w in plan.workloads]
+    for name, method in expect.get("methods", {}).items():
+        assert plan.workload(name).method == method, name
+    for name, profile in expect.get("profiles", {}).items():
+        assert plan.workload(name).profile == profile, name
+    for node, strategy in expect.get("strategy", {}).items():
+        assert plan.node(node).mig_strategy == strategy
+    for node, sharing in expect.get("sharing", {}).items():
+        assert plan.node(node).sharing == sharing
+    for name, left in expect.get("left", {}).items():
+        assert plan.workload(name).left == left
+    for name in expect.get("no_card", []):
+        assert plan.workload(name).left_reason.startswith("no card in the fleet can serve it")
+    for name in expect.get("suggests", []):
+        assert plan.workload(name).suggestions, name
+    if "max_gpus" in expect:
+        assert plan.gpus_used <= expect["max_gpus"]
+    if "max_cost" in expect:
+        assert plan.cost <= expect["max_cost"]
+    for node, text in expect.get("prerequisite", {}).items():
+        assert any(text in p for p in plan.node(node).prerequisites), plan.node(node).prerequisites
+    if "reason" in expect:
+        assert any(r.rule == expect["reason"] for r in plan.reporter.reasons)
+    if "warning" in expect:
+        assert any(expect["warning"] in w for w in plan.warnings)
+    # every replica is accounted for, and nothing is placed twice
+    for w, spec in zip(plan.workloads, inp.workloads, strict=True):
+        assert w.placed + w.left == spec.replicas
