@@ -13,8 +13,8 @@ $(BIN)/kubegpu: pyproject.toml
 
 install: $(BIN)/kubegpu
 
-demo: install
-	$(BIN)/kubegpu demo
+demo: install kubernetes
+	$(BIN)/kubegpu operator demo
 
 lint: install
 	$(BIN)/ruff check src tests bench scripts/catalog-from-reference

@@ -172,3 +172,21 @@ async def test_a_running_discovery_relabels_when_its_config_file_changes(
     finally:
         discovery.stop()
         await asyncio.wait_for(task, 5)
+
+
+def test_mps_root_from_the_environment_completes_an_mps_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GFD reads MPS_ROOT as the device plugin does, so an MPS config without flags.mpsRoot
+    is not rejected when the DaemonSet provides the variable."""
+    from kubegpu.feature_discovery.discovery import overrides_for
+    from kubegpu.sharing.config import SharingConfigError, parse_config
+
+    text = "sharing:\n  mps:\n    resources:\n      - {name: nvidia.com/gpu, replicas: 4}\n"
+    with pytest.raises(SharingConfigError, match="mps-root"):
+        parse_config(text, "cfg")
+    monkeypatch.setenv("MPS_ROOT", "/run/nvidia/mps")
+    options = GfdOptions()
+    config = parse_config(text, "cfg", overrides_for(options))
+    assert config.flags.mps_root == "/run/nvidia/mps"
+    assert config.sharing_strategy == "mps"

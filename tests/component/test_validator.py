@@ -366,3 +366,14 @@ async def test_cuda_runs_on_a_gpu_without_mig(tmp_path: Path, out: Path) -> None
     l4 = SimNvml.create(tmp_path / "l4.json", "l4:1")
     assert cuda_targets(l4) == [(0, None, l4.device(0).uuid)]
     await validator(l4, out, "cuda").run()
+
+
+async def test_a_containerized_driver_waits_for_its_container(out: Path) -> None:
+    def no_driver_yet() -> SimNvml:
+        raise NvmlError("libnvidia-ml.so.1: cannot open shared object file")
+
+    settings = ValidatorSettings(
+        component="driver", output_dir=out, driver_root="/run/nvidia/driver"
+    )
+    with pytest.raises(CheckFailed, match="the driver container is not ready yet"):
+        await Validator(settings, no_driver_yet).run()

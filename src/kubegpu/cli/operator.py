@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 
 import typer
@@ -166,7 +167,10 @@ DEMO_CONFIGS = {
         "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
         "      - name: nvidia.com/gpu\n        replicas: 4\n"
     ),
-    "mps": "version: v1\nsharing:\n  mps:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n",
+    "mps": (
+        "version: v1\nflags:\n  mpsRoot: /run/nvidia/mps\nsharing:\n  mps:\n    resources:\n"
+        "      - name: nvidia.com/gpu\n        replicas: 4\n"
+    ),
 }
 DEMO_IMAGE = "nvcr.io/nvidia/cuda:13.0.1-base-ubuntu24.04"  # runs without a process on the sim
 
@@ -187,8 +191,14 @@ def demo_cmd(
         spec = load_cluster(file)
     except ClusterFileError as exc:
         fail(str(exc))
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.ERROR)
     asyncio.run(_demo(spec, keep))
+
+
+def _short(device: str) -> str:
+    """GPU-3c1f...::2 -> GPU-3c1f8a2e::2 (the UUID's first block keeps IDs apart)."""
+    uuid, sep, replica = device.partition("::")
+    return uuid[:12] + sep + replica
 
 
 async def _demo(spec: object, keep: bool, keep_files: bool = False) -> None:
@@ -210,7 +220,7 @@ async def _demo(spec: object, keep: bool, keep_files: bool = False) -> None:
     from kubegpu.sim.controlplane import find_bin_dir
 
     assert isinstance(spec, ClusterSpec)
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     t0 = time.monotonic()
 
     def step(text: str) -> None:
@@ -341,12 +351,14 @@ async def _demo(spec: object, keep: bool, keep_files: bool = False) -> None:
             return True
 
         async def advertised_now() -> str:
-            return "; ".join(
-                f"{n}: nvidia.com/gpu={(await allocatable(n)).get('nvidia.com/gpu')} (want {c})"
-                for n, c in expect.items()
-            )
+            shown = []
+            for n, c in expect.items():
+                shown.append(
+                    f"{n}: nvidia.com/gpu={(await allocatable(n)).get('nvidia.com/gpu')} (want {c})"
+                )
+            return "; ".join(shown)
 
-        await wait("devices advertised", advertised, state=advertised_now)
+        await wait("devices advertised", advertised, timeout=120, state=advertised_now)
         step(
             "the device plugin advertises: "
             + ", ".join(f"{n} nvidia.com/gpu={c}" for n, c in expect.items())
@@ -404,7 +416,8 @@ async def _demo(spec: object, keep: bool, keep_files: bool = False) -> None:
                     if p.metadata and p.metadata.uid:
                         uids[p.metadata.uid] = name
             allocs = [
-                f"{uids.get(uid, uid[:8])}: {', '.join(d for ds in a.devices.values() for d in ds)}"
+                f"{uids[uid].removeprefix('demo-')} -> "
+                + ", ".join(_short(d) for ds in a.devices.values() for d in ds)
                 for (uid, _), a in sorted(
                     sim.devices.allocations.items(), key=lambda kv: uids.get(kv[0][0], "")
                 )

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
@@ -33,6 +34,7 @@ from kubegpu.nvml import Nvml, NvmlError
 from kubegpu.sharing.config import (
     PluginConfig,
     SharingConfigError,
+    env_overrides,
     parse_config,
     parse_duration,
     with_overrides,
@@ -87,14 +89,20 @@ class Effective:
     fail_on_init_error: bool
 
 
-def effective(options: GfdOptions, config: PluginConfig) -> Effective:
-    overrides = {
+def overrides_for(options: GfdOptions) -> dict[str, Any]:
+    """Flag values over the environment's (MPS_ROOT, MIG_STRATEGY... as the plugin reads
+    them), both over the config file."""
+    flags = {
         "MIG_STRATEGY": options.mig_strategy,
         "FAIL_ON_INIT_ERROR": None
         if options.fail_on_init_error is None
         else str(options.fail_on_init_error).lower(),
     }
-    config = with_overrides(config, overrides)
+    return {**env_overrides(), **{k: v for k, v in flags.items() if v is not None}}
+
+
+def effective(options: GfdOptions, config: PluginConfig) -> Effective:
+    config = with_overrides(config, overrides_for(options))
     gfd = config.flags.gfd
     interval_text = options.sleep_interval or gfd.sleep_interval
     interval = None if interval_text == "infinite" else parse_duration(interval_text)
@@ -225,11 +233,8 @@ class FeatureDiscovery:
         try:
             if chosen.error:
                 raise SharingConfigError(chosen.error)
-            config = (
-                parse_config(chosen.text, chosen.source)
-                if chosen.text is not None
-                else PluginConfig()
-            )
+            # overrides go in before validation: MPS_ROOT may supply what the file lacks
+            config = parse_config(chosen.text or "", chosen.source, overrides_for(self.options))
             settings = effective(self.options, config)
         except SharingConfigError as exc:
             raise DiscoveryError(str(exc)) from None

@@ -1051,7 +1051,7 @@ def _gfd(ctx: _Ctx) -> list[Obj]:
         "gpu-feature-discovery",
         "feature-discovery",
         g,
-        env=[*ctx.mig_env(), *ctx.driver_env(), *config_env],
+        env=[*ctx.mig_env(), _env("MPS_ROOT", ctx.mps_root), *ctx.driver_env(), *config_env],
         mounts=[
             _mount("run-nvidia-validations", VALIDATIONS_DIR),
             _mount("driver-install-dir", "/driver-root", read_only=True),

@@ -584,7 +584,7 @@ class PodRunner:
             "podIP": "127.0.0.1",
             "podIPs": [{"ip": "127.0.0.1"}],
             "startTime": self.start_time,
-            "qosClass": "BestEffort",
+            "qosClass": qos_class(spec),
             "conditions": [
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": self.start_time},
                 {"type": "Initialized", "status": str(init_done), "lastTransitionTime": t},
@@ -611,6 +611,26 @@ class PodRunner:
             except ApiError as exc:
                 if exc.status.code != 404:
                     log.warning("status of pod %s/%s: %s", self.namespace, self.name, exc)
+
+
+def qos_class(spec: Json) -> str:
+    """The pod's QoS class as the API server derives it (status.qosClass may not change)."""
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    requests_seen = False
+    guaranteed = True
+    for c in containers:
+        res = c.get("resources") or {}
+        limits = {k: str(v) for k, v in (res.get("limits") or {}).items() if k in ("cpu", "memory")}
+        requests = {
+            k: str(v) for k, v in (res.get("requests") or {}).items() if k in ("cpu", "memory")
+        }
+        requests = {**limits, **requests}  # a limit without a request defaults the request
+        requests_seen = requests_seen or bool(requests)
+        if set(limits) != {"cpu", "memory"} or any(requests.get(k) != limits[k] for k in limits):
+            guaranteed = False
+    if not requests_seen:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
 
 
 def _select(data: dict[str, bytes], items: list[Json] | None) -> dict[str, bytes]:

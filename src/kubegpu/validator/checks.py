@@ -18,6 +18,7 @@ first and writes it only on success.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -75,30 +76,35 @@ def check_driver(
     open_nvml: Callable[[], Nvml], driver_root: str, validations: Path, container_root: Path
 ) -> CheckResult:
     containerized = driver_root not in ("", "/")
-    nvml: Nvml | None = None
+    container_ready = (validations / ".driver-ctr-ready").exists()
+    not_ready = (
+        "the driver container is not ready yet (no .driver-ctr-ready from its startup probe)"
+    )
+    if containerized:
+        with contextlib.suppress(OSError):  # NVML then comes from the driver's root
+            preload_driver_library(container_root, "libnvidia-ml.so.1")
     try:
         nvml = open_nvml()
-        if containerized and not isinstance(nvml, SimNvml):
-            if not (validations / ".driver-ctr-ready").exists():
-                raise CheckFailed(
-                    "the driver container is not ready yet (no .driver-ctr-ready from its startup probe)"
-                )
-            preload_driver_library(container_root, "libnvidia-ml.so.1")
+    except NvmlError as exc:
+        raise CheckFailed(
+            not_ready if containerized and not container_ready else f"NVML does not answer: {exc}"
+        ) from None
+    try:
+        if containerized and not container_ready and not isinstance(nvml, SimNvml):
+            raise CheckFailed(not_ready)
         system = nvml.system()
         count = nvml.device_count()
     except NvmlError as exc:
         raise CheckFailed(f"NVML does not answer: {exc}") from None
     finally:
-        if nvml is not None:
-            nvml.close()
+        nvml.close()
     if count < 1:
         raise CheckFailed(f"driver {system.driver_version} answers but sees no GPU")
     env = driver_env(driver_root) | {"DRIVER_VERSION": system.driver_version}
     where = "containerized driver" if containerized else "host driver"
+    cuda = ".".join(map(str, system.cuda_version))
     return CheckResult(
-        "driver",
-        f"{where} {system.driver_version}, CUDA {'.'.join(map(str, system.cuda_version))}, {count} GPU(s)",
-        env,
+        "driver", f"{where} {system.driver_version}, CUDA {cuda}, {count} GPU(s)", env
     )
 
 

@@ -83,7 +83,7 @@ NVLINKS_BY_MODEL = {
     "b200": 18,
     "gb200": 18,
 }
-EVENT_POLL_S = 0.05
+EVENT_POLL_S = 0.02
 
 
 def _mask(start: int, size: int) -> int:

@@ -1,0 +1,37 @@
+"""End-to-end fixtures: a control plane (the integration tests' fixture, scoped to this
+package so a full run never holds two at once), a few simulated nodes and kubegpu installed
+with its Helm chart.
+
+One helm install serves the package (`gpu_stack`); the tests that use it run in file order
+and each leaves the cluster as the next expects it, on the package's event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import pytest_asyncio
+
+from integration import conftest as integration
+from kubegpu.sim.controlplane import ControlPlane
+
+from .stack import Stack
+
+
+@pytest.fixture(scope="package")
+def control_plane(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ControlPlane]:
+    """The running control plane (stopped when the e2e tests are done)."""
+    yield from integration.control_plane.__wrapped__(tmp_path_factory, request)  # type: ignore[attr-defined]
+
+
+@pytest_asyncio.fixture(scope="package", loop_scope="package")
+async def gpu_stack(control_plane: ControlPlane) -> AsyncIterator[Stack]:
+    stack = Stack(control_plane)
+    try:
+        await stack.up()
+        yield stack
+    finally:
+        await stack.down()

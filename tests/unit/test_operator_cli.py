@@ -1,0 +1,68 @@
+"""`kubegpu operator render` and `kubegpu operator crds`: what the operator would apply."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from kubegpu.cli import app
+from kubegpu.kube.crds import crd_manifests
+
+runner = CliRunner()
+
+POLICY = """
+apiVersion: nvidia.com/v1
+kind: ClusterPolicy
+metadata: {name: cluster-policy}
+spec:
+  mig: {strategy: mixed}
+  driver: {enabled: false}
+  toolkit: {enabled: false}
+  dcgm: {enabled: false}
+"""
+
+
+def test_render_prints_the_objects_in_state_order(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    result = runner.invoke(
+        app, ["operator", "render", "-f", str(policy), "--namespace", "ops", "--image", "kg:dev"]
+    )
+    assert result.exit_code == 0, result.stderr
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert docs[0]["kind"] == "RuntimeClass"
+    daemonsets = [d for d in docs if d["kind"] == "DaemonSet"]
+    assert daemonsets[0]["metadata"]["name"] == "nvidia-operator-validator"
+    assert all(d["metadata"]["namespace"] == "ops" for d in daemonsets)
+    plugin = next(
+        d for d in daemonsets if d["metadata"]["name"] == "nvidia-device-plugin-daemonset"
+    )
+    container = plugin["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "kg:dev"
+    assert {"name": "MIG_STRATEGY", "value": "mixed"} in container["env"]
+    none = runner.invoke(app, ["operator", "render", "-f", str(policy), "--gpu-nodes", "0"])
+    assert "kind: DaemonSet" not in none.stdout
+
+
+def test_render_names_what_is_missing(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("kind: ClusterPolicy\nspec: {dcgm: {enabled: false}}\n")
+    result = runner.invoke(app, ["operator", "render", "-f", str(policy)], env={"DRIVER_IMAGE": ""})
+    assert result.exit_code == 1
+    assert (
+        "state-driver: driver: no image: set driver.repository, driver.image, driver.version"
+        in result.stderr
+    )
+    other = tmp_path / "other.yaml"
+    other.write_text("kind: ConfigMap\n")
+    assert (
+        "not a ClusterPolicy" in runner.invoke(app, ["operator", "render", "-f", str(other)]).stderr
+    )
+
+
+def test_crds_prints_both_definitions() -> None:
+    result = runner.invoke(app, ["operator", "crds"])
+    assert result.exit_code == 0
+    assert list(yaml.safe_load_all(result.stdout)) == crd_manifests()
