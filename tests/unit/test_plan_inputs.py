@@ -71,9 +71,9 @@ def test_unknown_model_lists_the_known_ones() -> None:
 @pytest.mark.parametrize(
     ("fleet", "message"),
     [
-        ([{"name": "n1", "gpus": "h100-80gb:0"}], "must be at least 1"),
-        ([{"name": "n1", "gpus": "h100-80gb:20"}], "at most 16"),
-        ([{"name": "n1", "gpus": "h100-80gb:x"}], "not a whole number"),
+        ([{"name": "n1", "gpus": "h100-80gb:0"}], "count 0 for h100-80gb must be 1..16"),
+        ([{"name": "n1", "gpus": "h100-80gb:20"}], "count 20 for h100-80gb must be 1..16"),
+        ([{"name": "n1", "gpus": "h100-80gb:x"}], "count 'x' for h100-80gb is not a number"),
         ([{"name": "n1", "gpus": "h100-80gb:2;colour=red"}], "unknown option"),
         ([{"name": "n1", "gpus": "l4:1", "driver": "new"}], "not a driver version"),
         ([{"name": "n1", "gpus": "l4:1"}, {"name": "n1", "gpus": "l4:1"}], "node names used twice"),

@@ -63,6 +63,7 @@ from pydantic import (
 )
 
 from kubegpu.catalog import GpuModel, UnknownModelError, get_model
+from kubegpu.nvml import NodeSpec, SpecError, parse_spec
 
 MAX_GPUS_PER_NODE = 16
 MAX_NODES = 10_000
@@ -136,38 +137,17 @@ def parse_compute(value: Any) -> tuple[float, int]:
     return frac, 0
 
 
+def _spec(text: str) -> NodeSpec:
+    """A node's GPUs in the simulator's spec format (`h200-nvl:8;driver=...`), one parser."""
+    try:
+        return parse_spec(text)
+    except SpecError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def parse_gpus(text: str) -> list[tuple[GpuModel, int]]:
-    """`h200-nvl:8` or `rtx-pro-6000-ws:2,l4:1` (options after `;` are read by the node)."""
-    out: list[tuple[GpuModel, int]] = []
-    head = text.split(";", 1)[0].strip()
-    if not head:
-        raise ValueError(f"{text!r}: no GPUs (expected like h200-nvl:8)")
-    for item in head.split(","):
-        name, _, count = item.strip().partition(":")
-        try:
-            model = get_model(name)
-        except UnknownModelError as exc:
-            raise ValueError(str(exc)) from None
-        if count and not count.strip().isdigit():
-            raise ValueError(f"{text!r}: count {count!r} for {name} is not a whole number")
-        n = int(count) if count else 1
-        if n < 1:
-            raise ValueError(f"{text!r}: count {n} for {name} must be at least 1")
-        out.append((model, n))
-    total = sum(n for _, n in out)
-    if total > MAX_GPUS_PER_NODE:
-        raise ValueError(f"{text!r}: {total} GPUs on one node (at most {MAX_GPUS_PER_NODE})")
-    return out
-
-
-def _spec_options(text: str) -> dict[str, str]:
-    opts = {}
-    for part in text.split(";")[1:]:
-        key, eq, value = part.strip().partition("=")
-        if not eq or key not in {"driver", "display", "mig", "cuda", "seed"}:
-            raise ValueError(f"{text!r}: unknown option {part!r} (known: driver=, display=)")
-        opts[key] = value
-    return opts
+    """`h200-nvl:8` or `rtx-pro-6000-ws:2,l4:1` -> [(model, count), ...]."""
+    return list(_spec(text).gpus)
 
 
 StrictInt = Annotated[int, Strict()]
@@ -251,8 +231,7 @@ class FleetNode(NodeFacts):
     @field_validator("gpus")
     @classmethod
     def _gpus(cls, value: str) -> str:
-        parse_gpus(value)
-        _spec_options(value)
+        _spec(value)
         return value
 
     @field_validator("count")
@@ -276,10 +255,11 @@ class FleetNode(NodeFacts):
         return parse_gpus(self.gpus)
 
     def facts(self) -> NodeFacts:
-        opts = _spec_options(self.gpus)
-        display = self.display or opts.get("display")
+        spec = _spec(self.gpus)
+        given = ";driver=" in self.gpus  # the spec's default driver is not the node's
+        display = self.display or spec.display
         return NodeFacts(
-            driver=self.driver or opts.get("driver"),
+            driver=self.driver or (spec.driver if given else None),
             display=display if display in ("graphics", "compute") else None,
             nvlink=self.nvlink,
         )
