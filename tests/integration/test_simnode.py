@@ -26,6 +26,7 @@ from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
 from kubegpu.nvml import SimNvml, errors
 from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.pods import pod_processes
 
 from .fake_plugin import FakePlugin
 from .helpers import eventually
@@ -58,6 +59,7 @@ async def make_node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[Mak
     yield make
     for node in nodes:
         await node.stop()
+        assert pod_processes(node.root) == [], f"{node.name} left pod processes behind"
         with contextlib.suppress(ApiError):
             await akube.delete(Node, node.name)
     for root in roots:

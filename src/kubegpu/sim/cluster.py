@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kubegpu.nvml import SpecError, parse_spec
 from kubegpu.sim.controlplane import ControlPlane, ControlPlaneError
 from kubegpu.sim.node import SimNode, SimNodeConfig
-from kubegpu.sim.pods import ENV_NODE_ROOT
+from kubegpu.sim.pods import kill_pod_processes
 
 PID_FILE = "sim.pid"
 
@@ -176,22 +176,3 @@ def stop_running(workdir: Path, timeout_s: float = 30.0) -> str:
     if killed:
         message += f"; killed {killed} leftover pod process(es)"
     return message
-
-
-def kill_pod_processes(under: Path) -> int:
-    """Kill pod processes of simulated nodes whose root is below `under` (found by the
-    KUBEGPU_SIM_NODE_ROOT variable every simulated pod carries)."""
-    marker = f"{ENV_NODE_ROOT}={under.resolve()}".encode()
-    killed = 0
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            env = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(item.startswith(marker) for item in env):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(proc.name), signal.SIGKILL)
-                killed += 1
-    return killed

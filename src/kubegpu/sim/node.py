@@ -29,7 +29,7 @@ from lightkube.types import PatchType, on_error_retry
 from kubegpu.nvml import SimNvml
 from kubegpu.sim.devices import DeviceManager
 from kubegpu.sim.podresources import PodRef, PodResourcesServer
-from kubegpu.sim.pods import NodeContext, PodRunner, now
+from kubegpu.sim.pods import NodeContext, PodRunner, kill_pod_processes, now
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +146,8 @@ class SimNode:
         self._tasks.clear()
         await asyncio.gather(*(r.stop(0) for r in self.runners.values()))
         self.runners.clear()
+        # a process whose start raced with the stop has no runner handle: find it by marker
+        kill_pod_processes(self.root)
         await self.pod_resources.stop()
         await self.devices.stop()
         if self.client is not None:
@@ -359,6 +361,7 @@ class SimNode:
         """Reboot: processes stop, pending MIG modes apply, kubelet restarts, pods start again."""
         for runner in self.runners.values():
             await runner.stop(0)
+        kill_pod_processes(self.root)  # a reboot leaves no process behind
         if self.nvml is not None:
             self.nvml.reboot()
         self.boot_id = str(uuid.uuid4())
