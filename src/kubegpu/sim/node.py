@@ -29,7 +29,7 @@ from lightkube.types import PatchType, on_error_retry
 from kubegpu.nvml import SimNvml
 from kubegpu.sim.devices import DeviceManager
 from kubegpu.sim.podresources import PodRef, PodResourcesServer
-from kubegpu.sim.pods import NodeContext, PodRunner, kill_pod_processes, now
+from kubegpu.sim.pods import NodeContext, PodRunner, cancel_all, kill_pod_processes, now
 
 log = logging.getLogger(__name__)
 
@@ -138,12 +138,7 @@ class SimNode:
         ]
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks.clear()
+        await cancel_all(self._tasks)
         await asyncio.gather(*(r.stop(0) for r in self.runners.values()))
         self.runners.clear()
         # a process whose start raced with the stop has no runner handle: find it by marker

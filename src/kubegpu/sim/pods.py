@@ -177,12 +177,7 @@ class PodRunner:
         await asyncio.gather(
             *(self._kill(c, min(grace, 10.0)) for c in [*self.init, *self.containers])
         )
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks.clear()
+        await cancel_all(self._tasks)
 
     async def restart_all(self) -> None:
         """After a node reboot: every container starts again, counting a restart."""
@@ -614,6 +609,16 @@ class PodRunner:
             except ApiError as exc:
                 if exc.status.code != 404:
                     log.warning("status of pod %s/%s: %s", self.namespace, self.name, exc)
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel background tasks, wait until each has ended, and forget them."""
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await t
+    tasks.clear()
 
 
 def qos_class(spec: Json) -> str:
