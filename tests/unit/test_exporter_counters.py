@@ -131,3 +131,31 @@ def test_field_families_are_recognised_by_pattern_and_typos_are_not() -> None:
     assert unsupported_reason("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L18") is None
     assert unsupported_reason("DCGM_FI_DEV_GPU_TEMP") is None  # supported, not "known only"
     assert not set(METRICS) & set(LABELS)
+
+
+@pytest.mark.parametrize("text", ["", "# only comments\n\n", "   \n"])
+def test_a_file_with_no_field_is_refused(text: str) -> None:
+    with pytest.raises(
+        CountersError, match=r"f\.csv: lists no DCGM field; nothing would be exported"
+    ):
+        parse_counters(text, "f.csv")
+
+
+def test_errors_quote_an_excerpt_of_a_long_line_and_list_at_most_twenty_problems() -> None:
+    long_line = "DCGM_FI_DEV_SM_CLOCK, gauge, " + "x" * 100_000 + ", extra"
+    with pytest.raises(CountersError) as err:
+        parse_counters(long_line, "f.csv")
+    assert len(str(err.value)) < 200
+    assert "…" in str(err.value)
+    with pytest.raises(CountersError) as err:
+        parse_counters("".join(f"NOPE_{i}, gauge, x\n" for i in range(500)), "f.csv")
+    lines = str(err.value).splitlines()
+    assert len(lines) == 21
+    assert lines[-1] == "f.csv: (and 480 more problems)"
+
+
+def test_a_nul_byte_or_an_unclosed_quote_is_a_line_error() -> None:
+    with pytest.raises(CountersError, match=r"f\.csv:1: "):
+        parse_counters('"DCGM_FI_DEV_SM_CLOCK, gauge, x\n', "f.csv")
+    with pytest.raises(CountersError, match=r"f\.csv:1: "):
+        parse_counters("DCGM_FI_DEV_SM_CLOCK\x00, gauge, x\n", "f.csv")

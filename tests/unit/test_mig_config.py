@@ -45,6 +45,44 @@ def test_upstream_format_parses() -> None:
     assert not cfg.mig_configs["custom"][0].selects(2, 0x20F110DE)
 
 
+_ENTRY = "version: v1\nmig-configs:\n  c:\n    - devices: all\n"
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("      mig-enabled: true\n      mig-devices: {1g.5gb: '7'}\n", "field mig-devices.1g.5gb, value '7': Input should be a valid integer"),
+        ("      mig-enabled: true\n      mig-devices: {1g.5gb: 7.0}\n", "value 7.0: Input should be a valid integer"),
+        ("      mig-enabled: true\n      mig-devices: {1g.5gb: true}\n", "value True: Input should be a valid integer"),
+        ("      mig-enabled: 'false'\n", "field mig-enabled, value 'false': Input should be a valid boolean"),
+        ("      mig-enabled: 1\n", "field mig-enabled, value 1: Input should be a valid boolean"),
+        ("      mig_enabled: false\n", "field mig_enabled"),
+        ("      mig-enabled: true\n      mig_devices: {1g.5gb: 1}\n", "field mig_devices"),
+        ("      mig-enabled: true\n      mig-devices: {1g.5gb: 1, 1g.5gb: 2}\n", "duplicate key '1g.5gb'"),
+    ],
+)  # fmt: skip
+def test_counts_and_flags_are_not_coerced_and_keys_are_kebab_case(entry: str, message: str) -> None:
+    """mig-parted's decoder refuses these; a lenient reader would apply something else."""
+    with pytest.raises(ConfigError) as err:
+        parse_config(_ENTRY + entry, "strict.yaml")
+    assert str(err.value).startswith("strict.yaml:")
+    assert message in str(err.value)
+
+
+def test_a_config_name_given_twice_is_refused_not_replaced() -> None:
+    text = "version: v1\nmig-configs:\n  a: [{devices: all, mig-enabled: false}]\n  a: []\n"
+    with pytest.raises(ConfigError, match="line 4, column 3 malformed YAML: duplicate key 'a'"):
+        parse_config(text, "dup.yaml")
+
+
+def test_a_huge_config_name_is_quoted_as_an_excerpt() -> None:
+    name = "n" * 100_000
+    with pytest.raises(ConfigError) as err:
+        parse_config(f"version: v1\nmig-configs:\n  ? {name}\n  : []\n", "big.yaml")
+    assert "nnnnnnnn…" in str(err.value)
+    assert len(str(err.value)) < 300
+
+
 def test_round_trip_through_yaml() -> None:
     cfg = parse_config(GOOD)
     assert parse_config(cfg.to_yaml()) == cfg

@@ -10,7 +10,6 @@ from kubegpu.sharing.config import (
     PluginConfig,
     ResourcePattern,
     SharingConfigError,
-    env_overrides,
     load_config,
     parse_bool,
     parse_config,
@@ -77,7 +76,8 @@ def test_an_empty_file_is_the_default_config() -> None:
             ),
         ),
         (
-            TS + "    - {name: nvidia.com/mig-1g.18gb, replicas: 2, devices: 3}",
+            TS + "    - {name: nvidia.com/mig-1g.18gb, replicas: 2, devices: 3}\n"
+            "flags: {migStrategy: mixed}",
             lambda c: c.replicated is not None and c.replicated.resources[0].devices == 3,
         ),
         (
@@ -308,11 +308,6 @@ def test_an_override_can_make_the_file_invalid_and_that_is_refused() -> None:
         with_overrides(parse_config(mps), {"MIG_STRATEGY": "mixed"})
 
 
-def test_env_overrides_takes_known_non_empty_variables_only() -> None:
-    env = {"MIG_STRATEGY": "single", "PASS_DEVICE_SPECS": "", "HOME": "/root", "MPS_ROOT": "/m"}
-    assert env_overrides(env) == {"MIG_STRATEGY": "single", "MPS_ROOT": "/m"}
-
-
 @pytest.mark.parametrize(
     ("text", "value"),
     [("1", True), ("t", True), ("TRUE", True), ("True", True), ("0", False), ("F", False)],
@@ -357,3 +352,79 @@ def test_flags_can_supply_what_the_file_leaves_out() -> None:
     # a file whose flags section is not a mapping is still refused, not overwritten
     with pytest.raises(SharingConfigError, match="field flags"):
         parse_config("flags: [1]", "cfg", {"MIG_STRATEGY": "mixed"})
+
+
+@pytest.mark.parametrize(
+    ("flags", "name", "advertised"),
+    [
+        ("{}", "gpu", True),
+        ("{}", "mig-1g.10gb", False),  # none: MIG devices are never advertised
+        ("{}", "gpu.shared", False),  # a rename target, not a resource of its own
+        ("{}", "gpu-typo", False),
+        ("{migStrategy: single}", "gpu", True),
+        ("{migStrategy: single}", "mig-1g.10gb", False),  # single: MIG devices are nvidia.com/gpu
+        ("{migStrategy: mixed}", "mig-1g.10gb", True),
+        ("{migStrategy: mixed}", "nvidia.com/mig-1g.24gb.me.all", True),
+        ("{migStrategy: mixed}", "mig-1g.24gb-me", True),
+        ("{migStrategy: mixed}", "mig-1c.2g.20gb", False),  # C < G is never advertised
+        ("{migStrategy: mixed}", "mig-big", False),
+    ],
+)
+def test_sharing_entries_must_name_a_resource_the_config_advertises(
+    flags: str, name: str, advertised: bool
+) -> None:
+    text = f"flags: {flags}\n" + TS + f"    - {{name: {name}, replicas: 2}}"
+    if advertised:
+        assert parse_config(text).replicated is not None
+        return
+    with pytest.raises(SharingConfigError) as err:
+        parse_config(text, "dp.yaml")
+    assert str(err.value).startswith(
+        "dp.yaml: field sharing.timeSlicing.resources.0.name, value 'nvidia.com/"
+    )
+    assert "this config never advertises that resource" in str(err.value)
+
+
+def test_renamed_resources_are_the_ones_that_can_be_shared() -> None:
+    renamed = "resources: {gpus: [{pattern: '*', name: big-gpu}], mig: [{pattern: '1g.10gb', name: small}]}\n"
+    ok = (
+        renamed
+        + "flags: {migStrategy: mixed}\n"
+        + TS
+        + "    - {name: big-gpu, replicas: 2}\n    - {name: small, replicas: 2}"
+    )
+    assert parse_config(ok).replicated is not None
+    with pytest.raises(
+        SharingConfigError,
+        match=r"migStrategy mixed advertises nvidia\.com/big-gpu, nvidia\.com/small",
+    ):
+        parse_config(
+            renamed + "flags: {migStrategy: mixed}\n" + TS + "    - {name: gpu, replicas: 2}"
+        )
+    mps = "flags: {mpsRoot: /m}\nsharing: {mps: {resources: [{name: mig-1g.10gb, replicas: 2}]}}"
+    with pytest.raises(SharingConfigError, match=r"field sharing\.mps\.resources\.0\.name"):
+        parse_config(mps)
+
+
+def test_an_override_that_stops_advertising_a_shared_resource_is_refused() -> None:
+    config = parse_config(
+        "flags: {migStrategy: mixed}\n" + TS + "    - {name: mig-1g.10gb, replicas: 2}"
+    )
+    with pytest.raises(SharingConfigError, match=r"migStrategy none advertises nvidia\.com/gpu"):
+        with_overrides(config, {"MIG_STRATEGY": "none"})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("flags: {failOnInitError: 'false'}", "field flags.failOnInitError, value 'false'"),
+        ("flags: {mig_strategy: mixed}", "field flags.mig_strategy"),
+        ("flags: {migStrategy: mixed}\nflags: {migStrategy: none}", "duplicate key 'flags'"),
+        (TS + "    - {name: gpu, replicas: 4.0}", "resources.0.replicas, value 4.0"),
+        (TS + "    - {name: gpu, replicas: true}", "resources.0.replicas, value True"),
+    ],
+)
+def test_types_are_strict_and_keys_unique(text: str, message: str) -> None:
+    with pytest.raises(SharingConfigError) as err:
+        parse_config(text, "dp.yaml")
+    assert message in str(err.value)

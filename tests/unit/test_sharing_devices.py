@@ -206,8 +206,9 @@ def test_resource_patterns_name_gpus_and_refuse_unmatched_ones() -> None:
             ts("{name: gpu, replicas: 2, devices: [GPU-2]}"),
             {"nvidia.com/gpu": 5},
         ),
-        # an entry for a resource this node does not have is ignored
-        (L4X4, "none", ts("{name: mig-1g.18gb, replicas: 4}"), {"nvidia.com/gpu": 4}),
+        # an entry for a resource this node does not have is ignored (the config is valid:
+        # other nodes under mixed have it; under none it is refused, test_sharing_config)
+        (L4X4, "mixed", ts("{name: mig-1g.18gb, replicas: 4}"), {"nvidia.com/gpu": 4}),
         # MIG devices can be time-sliced too, per resource
         (
             [h200(0, ("1g.18gb", "1g.18gb", "3g.71gb"))],

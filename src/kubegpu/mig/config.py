@@ -1,21 +1,31 @@
 """The mig-parted config file (`version: v1`, `mig-configs`) as pydantic models.
 
-Loading is strict: unknown keys, a wrong version, a malformed profile or a bad count
-reject the whole file with an error naming the file, config, entry, field and value.
+Loading is strict: unknown keys (the file's keys are kebab-case: `mig_enabled` is unknown),
+a wrong version, a malformed profile, a count or flag of the wrong type (`"7"`, `7.0`, `true`
+as a count; `"false"` as mig-enabled) or a key given twice reject the whole file with an
+error naming the file, config, entry, field and value. Files go through `kubegpu.base.loader`
+and its bounds (docs/limits.md).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+from kubegpu.base import loader
+from kubegpu.base.loader import excerpt
 from kubegpu.catalog.profile import ProfileName, ProfileNameError
 
+# Counts and flags are taken as the file writes them, never coerced: `"7"`, `7.0` or `true`
+# is not a count and `"false"` is not a boolean (mig-parted's Go decoder refuses them too).
+StrictInt = Annotated[int, Strict()]
+StrictBool = Annotated[bool, Strict()]
 
-class ConfigError(ValueError):
+
+class ConfigError(loader.InputError):
     """A mig-parted config that cannot be used. The message says where and why."""
 
 
@@ -26,21 +36,21 @@ def _parse_pci_id(text: str) -> tuple[int, int | None]:
         dev = int(device, 16)
         sub = int(subsystem, 16) if subsystem else None
     except ValueError:
-        raise ValueError(f"{text!r} is not a PCI id like 0x20B010DE") from None
+        raise ValueError(f"{excerpt(text)} is not a PCI id like 0x20B010DE") from None
     if not device.lower().startswith("0x") or dev > 0xFFFFFFFF:
-        raise ValueError(f"{text!r} is not a PCI id like 0x20B010DE")
+        raise ValueError(f"{excerpt(text)} is not a PCI id like 0x20B010DE")
     return dev, sub
 
 
 class MigConfigEntry(BaseModel):
     """One element of a named config: which GPUs, MIG on/off, and which MIG devices."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     device_filter: tuple[str, ...] | None = Field(default=None, alias="device-filter")
     devices: Literal["all"] | tuple[int, ...]
-    mig_enabled: bool = Field(alias="mig-enabled")
-    mig_devices: dict[str, int] | None = Field(default=None, alias="mig-devices")
+    mig_enabled: StrictBool = Field(alias="mig-enabled")
+    mig_devices: dict[str, StrictInt] | None = Field(default=None, alias="mig-devices")
 
     @field_validator("device_filter", mode="before")
     @classmethod
@@ -65,12 +75,12 @@ class MigConfigEntry(BaseModel):
     def _devices(cls, value: Any) -> Any:
         if isinstance(value, str) and value != "all":
             raise ValueError(
-                f"{value!r}: the only string accepted is 'all'; otherwise a list of GPU indexes"
+                f"{excerpt(value)}: the only string accepted is 'all'; otherwise a list of GPU indexes"
             )
         if isinstance(value, list):
             for v in value:
                 if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                    raise ValueError(f"{v!r} is not a GPU index (a whole number >= 0)")
+                    raise ValueError(f"{excerpt(v)} is not a GPU index (a whole number >= 0)")
         return value
 
     @field_validator("mig_devices")
@@ -127,7 +137,7 @@ class MigConfigEntry(BaseModel):
 
 
 class MigPartedConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     version: Literal["v1"]
     mig_configs: dict[str, tuple[MigConfigEntry, ...]] = Field(alias="mig-configs")
@@ -141,7 +151,7 @@ class MigPartedConfig(BaseModel):
             raise ValueError("no configs: mig-configs is empty")
         for name, entries in value.items():
             if not entries:
-                raise ValueError(f"config {name!r} has no entries")
+                raise ValueError(f"config {excerpt(name)} has no entries")
         return value
 
     def select(
@@ -157,7 +167,7 @@ class MigPartedConfig(BaseModel):
             name = next(iter(self.mig_configs))
         if name not in self.mig_configs:
             names = ", ".join(sorted(self.mig_configs))
-            raise ConfigError(f"{source}: unknown config name {name!r} (known: {names})")
+            raise ConfigError(f"{source}: unknown config name {excerpt(name)} (known: {names})")
         return name, self.mig_configs[name]
 
     def to_yaml(self) -> str:
@@ -170,53 +180,32 @@ class MigPartedConfig(BaseModel):
         return yaml.safe_dump(data, sort_keys=False)
 
 
-def _location(loc: tuple[int | str, ...]) -> str:
-    """pydantic's error location as words: `config 'a', entry 0, field mig-devices`."""
-    parts = [str(x) for x in loc if not (isinstance(x, str) and ("[" in x or "(" in x))]
+def _location(loc: tuple[int | str, ...], data: Any = None) -> str:
+    """pydantic's error location as words: `config 'a', entry 0, field mig-devices.1g.5gb`."""
+    parts = [str(x) for x in loader.clean_loc(loc)]
     if len(parts) >= 3 and parts[0] == "mig-configs":
-        where = f"config {parts[1]!r}, entry {parts[2]}"
+        where = f"config {excerpt(parts[1])}, entry {parts[2]}"
         fields = [p for p in parts[3:] if not p.isdigit()]
-        return where + (f", field {fields[0]}" if fields else "")
+        return where + (f", field {excerpt('.'.join(fields))[1:-1]}" if fields else "")
     if len(parts) == 2 and parts[0] == "mig-configs":
-        return f"config {parts[1]!r}"
-    return f"field {'.'.join(parts)}" if parts else "top level"
+        return f"config {excerpt(parts[1])}"
+    return f"field {excerpt('.'.join(parts))[1:-1]}" if parts else "top level"
 
 
-def parse_config(text: str, source: str = "<config>") -> MigPartedConfig:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        where = ""
-        mark = getattr(exc, "problem_mark", None)
-        if mark is not None:
-            where = f" line {mark.line + 1}, column {mark.column + 1}"
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{source}:{where} malformed YAML: {problem}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"{source}: expected a mapping with 'version' and 'mig-configs', got {type(data).__name__}"
-        )
-    try:
-        return MigPartedConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = _location(tuple(first["loc"]))
-        value = first.get("input")
-        shown = f", value {value!r}" if not isinstance(value, dict | list) else ""
-        message = first["msg"].removeprefix("Value error, ")
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ConfigError(f"{source}: {loc}{shown}: {message}{more}") from None
+def parse_config(
+    text: str, source: str = "<config>", limits: loader.Limits = loader.DEFAULT_LIMITS
+) -> MigPartedConfig:
+    data = loader.parse_yaml(text, source, ConfigError, limits)
+    return from_data(data, source)
 
 
-def load_config(path: str | Path) -> MigPartedConfig:
+def from_data(data: Any, source: str = "<config>") -> MigPartedConfig:
+    """A config from an already parsed document (what `parse_config` does after the YAML)."""
+    loader.require_mapping(data, source, ConfigError, "a mapping with 'version' and 'mig-configs'")
+    return loader.validate(MigPartedConfig, data, source, ConfigError, _location)
+
+
+def load_config(path: str | Path, limits: loader.Limits = loader.DEFAULT_LIMITS) -> MigPartedConfig:
     """Read a config file; `-` reads standard input."""
-    if str(path) == "-":
-        import sys
-
-        return parse_config(sys.stdin.read(), "<stdin>")
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from None
-    return parse_config(text, str(p))
+    text, source = loader.read_text(path, ConfigError, limits)
+    return parse_config(text, source, limits)

@@ -40,8 +40,9 @@ options:
 description: ...              # optional free text (and `expect:`, read only by the test corpus)
 ```
 
-Loading is strict and whole-file: an unknown key, a bad size or an unknown model is
-refused with the file, the field and the value.
+Loading is strict and whole-file: an unknown key, a key given twice, a bad size or an
+unknown model is refused with the file, the field and the value. Files go through
+`kubegpu.base.loader` with larger bounds than a config file (`LIMITS`, docs/limits.md).
 """
 
 from __future__ import annotations
@@ -51,25 +52,26 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     Strict,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
+from kubegpu.base import loader
 from kubegpu.catalog import GpuModel, UnknownModelError, get_model
 from kubegpu.nvml import NodeSpec, SpecError, parse_spec
 
 MAX_GPUS_PER_NODE = 16
 MAX_NODES = 10_000
+# A fleet of MAX_NODES nodes written out one by one fits; anything larger is not an input.
+LIMITS = loader.Limits(max_bytes=4 * loader.MIB, max_values=500_000)
 
 
-class PlanInputError(ValueError):
+class PlanInputError(loader.InputError):
     """The planner's input cannot be used; the message says where and why."""
 
 
@@ -404,51 +406,15 @@ class PlanInput(_Strict):
         return out
 
 
-def _where(loc: tuple[int | str, ...], data: dict[str, Any]) -> str:
-    """pydantic's error location, with list items named by their `name` where they have one."""
-    parts: list[str] = []
-    node: Any = data
-    for item in loc:
-        if isinstance(item, str) and ("[" in item or "(" in item):
-            continue
-        if isinstance(item, int) and isinstance(node, list) and 0 <= item < len(node):
-            node = node[item]
-            name = node.get("name") if isinstance(node, dict) else None
-            parts[-1] = f"{parts[-1]}[{name!r}]" if name and parts else f"{parts[-1]}[{item}]"
-            continue
-        parts.append(str(item))
-        node = node.get(item) if isinstance(node, dict) else None
-    return ".".join(parts) or "top level"
-
-
 def parse_input(text: str, source: str = "<input>") -> PlanInput:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise PlanInputError(
-            f"{source}:{where} malformed YAML: {getattr(exc, 'problem', exc)}"
-        ) from None
-    return parse_data(data, source)
+    return parse_data(loader.parse_yaml(text, source, PlanInputError, LIMITS), source)
 
 
 def parse_data(data: Any, source: str = "<input>") -> PlanInput:
-    if not isinstance(data, dict):
-        raise PlanInputError(
-            f"{source}: expected a mapping with fleet/buy, workloads and options, got {type(data).__name__}"
-        )
-    try:
-        return PlanInput.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        value = first.get("input")
-        shown = f", value {value!r}" if not isinstance(value, dict | list) else ""
-        msg = first["msg"].removeprefix("Value error, ")
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise PlanInputError(
-            f"{source}: field {_where(tuple(first['loc']), data)}{shown}: {msg}{more}"
-        ) from None
+    loader.require_mapping(
+        data, source, PlanInputError, "a mapping with fleet/buy, workloads and options"
+    )
+    return loader.validate(PlanInput, data, source, PlanInputError, loader.named_items)
 
 
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -470,21 +436,7 @@ def load_input(paths: list[str | Path]) -> PlanInput:
     parts: list[dict[str, Any]] = []
     names = []
     for path in paths:
-        p = Path(path)
-        names.append(str(p))
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise PlanInputError(f"{p}: cannot read: {exc.strerror}") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-            raise PlanInputError(
-                f"{p}:{where} malformed YAML: {getattr(exc, 'problem', exc)}"
-            ) from None
-        if not isinstance(data, dict):
-            raise PlanInputError(f"{p}: expected a mapping, got {type(data).__name__}")
-        parts.append(data)
+        data, source = loader.load_yaml(path, PlanInputError, LIMITS)
+        names.append(source)
+        parts.append(loader.require_mapping(data, source, PlanInputError))
     return parse_data(merge(parts), ", ".join(names))

@@ -5,13 +5,15 @@ discovery and the MPS daemon), `resources`, `sharing.timeSlicing` / `sharing.mps
 `imex`. Validation is strict and whole-file: one bad field rejects the config with an
 error naming the file, field and value, so a node keeps its last good config.
 
-One deliberate difference: upstream parses per-resource `rename` and `devices` subsets
-but resets them at runtime; kubegpu honours them.
+Two deliberate differences: upstream parses per-resource `rename` and `devices` subsets
+but resets them at runtime, kubegpu honours them; and a sharing entry for a resource this
+config can never advertise (a MIG resource under `migStrategy: none`, `nvidia.com/gpu.shared`,
+a typo) is refused instead of silently ignored. Files go through `kubegpu.base.loader`
+and its bounds (docs/limits.md): a key given twice is an error.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,13 +25,17 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
-RESOURCE_PREFIX = "nvidia.com"
-SHARED_SUFFIX = ".shared"
+from kubegpu.base import loader
+from kubegpu.base.loader import excerpt
+from kubegpu.catalog import nvidia
+from kubegpu.catalog.profile import SUFFIXES
+
+RESOURCE_PREFIX = nvidia.DOMAIN
+SHARED_SUFFIX = nvidia.SHARED_SUFFIX
 MAX_RESOURCE_NAME = 63
 MPS_MAX_CLIENTS_VOLTA_PLUS = 48
 MPS_MAX_CLIENTS_OLDER = 16
@@ -38,9 +44,17 @@ _DNS1123_SUBDOMAIN = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
 _MIG_INDEX = re.compile(r"^\d+:\d+$")
+# What the mixed strategy can advertise: `mig-<G>g.<GB>gb[.me|.me.all|.gfx|-me]` (C == G only).
+_MIXED_MIG_RESOURCE = re.compile(
+    "^"
+    + re.escape(nvidia.MIG_RESOURCE_PREFIX)
+    + r"[1-9]\d*g\.[1-9]\d*gb(?:"
+    + "|".join(re.escape(s.replace("+", ".")) for s in SUFFIXES if s)
+    + ")?$"
+)
 
 
-class SharingConfigError(ValueError):
+class SharingConfigError(loader.InputError):
     """A device-plugin config that cannot be used. The message says where and why."""
 
 
@@ -49,9 +63,13 @@ def resource_name(name: str) -> str:
     full = name if name.startswith(RESOURCE_PREFIX + "/") else f"{RESOURCE_PREFIX}/{name}"
     short = full.split("/", 1)[1]
     if len(full) > MAX_RESOURCE_NAME:
-        raise ValueError(f"resource name {full!r} is longer than {MAX_RESOURCE_NAME} characters")
+        raise ValueError(
+            f"resource name {excerpt(full)} is longer than {MAX_RESOURCE_NAME} characters"
+        )
     if "/" in short or not _DNS1123_SUBDOMAIN.match(short):
-        raise ValueError(f"resource name {full!r}: {short!r} is not a DNS-1123 subdomain")
+        raise ValueError(
+            f"resource name {excerpt(full)}: {excerpt(short)} is not a DNS-1123 subdomain"
+        )
     return full
 
 
@@ -117,7 +135,7 @@ class GfdFlags(_Strict):
     @classmethod
     def _duration(cls, value: str) -> str:
         if value != "infinite" and parse_duration(value) is None:
-            raise ValueError(f"{value!r} is not a duration like 60s, 5m or 'infinite'")
+            raise ValueError(f"{excerpt(value)} is not a duration like 60s, 5m or 'infinite'")
         return value
 
 
@@ -192,13 +210,13 @@ class ReplicatedResource(_Strict):
     @classmethod
     def _devices(cls, value: Any) -> Any:
         if isinstance(value, str) and value != "all":
-            raise ValueError(f"devices {value!r}: the only string accepted is 'all'")
+            raise ValueError(f"devices {excerpt(value)}: the only string accepted is 'all'")
         if isinstance(value, bool):
-            raise ValueError(f"devices {value!r}: expected 'all', a count or a list")
+            raise ValueError(f"devices {excerpt(value)}: expected 'all', a count or a list")
         if isinstance(value, int) and value <= 0:
             raise ValueError(f"devices count {value} must be > 0")
         if not isinstance(value, str | int | list | tuple):
-            raise ValueError(f"devices {value!r}: expected 'all', a count or a list")
+            raise ValueError(f"devices {excerpt(value)}: expected 'all', a count or a list")
         if isinstance(value, list | tuple) and not value:
             raise ValueError("devices: the list is empty (leave the field out to mean 'all')")
         if isinstance(value, list | tuple):
@@ -213,7 +231,7 @@ class ReplicatedResource(_Strict):
                 )
                 if not ok:
                     raise ValueError(
-                        f"unsupported device reference {item!r} (use an index, 'gpu:mig', a GPU- or MIG- UUID)"
+                        f"unsupported device reference {excerpt(item)} (use an index, 'gpu:mig', a GPU- or MIG- UUID)"
                     )
         return value
 
@@ -277,7 +295,7 @@ class PluginConfig(_Strict):
         if value in ("", None):
             return "v1"
         if value != "v1":
-            raise ValueError(f"unknown version {value!r}")
+            raise ValueError(f"unknown version {excerpt(value)}")
         return value
 
     @model_validator(mode="after")
@@ -288,6 +306,38 @@ class PluginConfig(_Strict):
             if not self.flags.mps_root:
                 raise ValueError("using MPS requires --mps-root to be specified (flags.mpsRoot)")
         return self
+
+    def unadvertised(self) -> tuple[str, str] | None:
+        """(field, name) of the first sharing entry for a resource this config never
+        advertises, or None when every entry can take effect on some node."""
+        for key, block in (("timeSlicing", self.sharing.time_slicing), ("mps", self.sharing.mps)):
+            for i, resource in enumerate(block.resources if block is not None else ()):
+                if not self.can_advertise(resource.name):
+                    return f"sharing.{key}.resources.{i}.name", resource.name
+        return None
+
+    def can_advertise(self, resource: str) -> bool:
+        """Whether some node's GPUs could be advertised as `resource` under this config."""
+        gpus = {p.name for p in self.resources.gpus} or {nvidia.GPU_RESOURCE}
+        migs = {p.name for p in self.resources.mig}
+        strategy = self.flags.mig_strategy
+        if strategy == "single" and not migs:
+            migs = {nvidia.GPU_RESOURCE}
+        if resource in gpus or (strategy != "none" and resource in migs):
+            return True
+        return strategy == "mixed" and not migs and _MIXED_MIG_RESOURCE.match(resource) is not None
+
+    def advertised_words(self) -> str:
+        names = sorted({p.name for p in self.resources.gpus} or {nvidia.GPU_RESOURCE})
+        strategy = self.flags.mig_strategy
+        if strategy != "none":
+            names += sorted({p.name for p in self.resources.mig} - set(names))
+            if strategy == "mixed" and not self.resources.mig:
+                names.append(f"{nvidia.MIG_RESOURCE_PREFIX}<profile>")
+        return (
+            f"this config never advertises that resource (migStrategy {strategy} advertises "
+            f"{', '.join(names)}); only advertised resources can be shared"
+        )
 
     @property
     def sharing_strategy(self) -> SharingStrategy:
@@ -328,54 +378,43 @@ def parse_duration(text: str) -> float | None:
     return sum(float(n) * units[u] for n, u in parts)
 
 
-def _where(loc: tuple[int | str, ...]) -> str:
-    path = ".".join(str(p) for p in loc if not (isinstance(p, str) and ("[" in p or "(" in p)))
-    return f"field {path}" if path else "config"
-
-
 def parse_config(
-    text: str, source: str = "<config>", overrides: Mapping[str, Any] | None = None
+    text: str,
+    source: str = "<config>",
+    overrides: Mapping[str, Any] | None = None,
+    limits: loader.Limits = loader.DEFAULT_LIMITS,
 ) -> PluginConfig:
     """Parse a config file's text (YAML or JSON). An empty file is the default config.
 
     `overrides` (flag/env values, keys as in ENV_OVERRIDES) are applied before the file is
     validated, so a flag can supply what the file leaves out (e.g. `--mps-root`).
     """
-    try:
-        data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise SharingConfigError(
-            f"{source}:{where} malformed YAML: {getattr(exc, 'problem', exc)}"
-        ) from None
+    data: Any = loader.parse_yaml(text, source, SharingConfigError, limits)
     if data is None:
         data = {}
-    if not isinstance(data, dict):
-        raise SharingConfigError(f"{source}: expected a mapping, got {type(data).__name__}")
+    loader.require_mapping(data, source, SharingConfigError)
     if overrides:
         _merge(data, overrides, source)
     return _validate(data, source)
 
 
 def _validate(data: dict[str, Any], source: str) -> PluginConfig:
-    try:
-        return PluginConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        value = first.get("input")
-        shown = f", value {value!r}" if not isinstance(value, dict | list) else ""
-        message = first["msg"].removeprefix("Value error, ")
-        where = _where(tuple(first["loc"]))
-        raise SharingConfigError(f"{source}: {where}{shown}: {message}") from None
+    config = loader.validate(PluginConfig, data, source, SharingConfigError)
+    if (bad := config.unadvertised()) is not None:
+        field, name = bad
+        raise SharingConfigError(
+            f"{source}: field {field}, value {excerpt(name)}: {config.advertised_words()}"
+        )
+    return config
 
 
-def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> PluginConfig:
-    p = Path(path)
-    try:
-        return parse_config(p.read_text(), str(p), overrides)
-    except OSError as exc:
-        raise SharingConfigError(f"{p}: cannot read: {exc.strerror}") from None
+def load_config(
+    path: str | Path,
+    overrides: Mapping[str, Any] | None = None,
+    limits: loader.Limits = loader.DEFAULT_LIMITS,
+) -> PluginConfig:
+    text, source = loader.read_text(path, SharingConfigError, limits)
+    return parse_config(text, source, overrides, limits)
 
 
 # Environment variables that override config-file fields, as upstream (flag > env > file).
@@ -443,8 +482,3 @@ def _merge(data: dict[str, Any], values: Mapping[str, Any], source: str) -> None
                 raise SharingConfigError(f"{source}: {key}={value!r} is not a boolean")
             value = parsed
         node[path[-1]] = value
-
-
-def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = os.environ if environ is None else environ
-    return {k: env[k] for k in ENV_OVERRIDES if env.get(k)}

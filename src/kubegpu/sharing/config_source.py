@@ -14,7 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-CONFIG_LABEL = "nvidia.com/device-plugin.config"
+from kubegpu.base import loader
+from kubegpu.catalog import nvidia
+
+CONFIG_LABEL = nvidia.DEVICE_PLUGIN_CONFIG
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,9 @@ class ConfigSource:
 
 
 def _read(path: Path, source: str) -> ConfigChoice:
+    """The file's text, read within the loader's bounds (size, UTF-8), or why it cannot be."""
     try:
-        return ConfigChoice(source, text=path.read_text())
-    except OSError as exc:
-        return ConfigChoice(source, error=f"{path}: cannot read: {exc.strerror}")
+        text, _ = loader.read_text(path, loader.InputError)
+    except loader.InputError as exc:
+        return ConfigChoice(source, error=str(exc))
+    return ConfigChoice(source, text=text)

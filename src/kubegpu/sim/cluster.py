@@ -8,6 +8,8 @@ nodes:
     gpus: rtx-pro-6000-ws:2
     labels: {team: graphics}
   - name: cpu-1          # no gpus: a plain node
+
+Read through `kubegpu.base.loader` (bounds in docs/limits.md); errors name file, field, value.
 """
 
 from __future__ import annotations
@@ -17,11 +19,10 @@ import contextlib
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from kubegpu.base import loader
 from kubegpu.nvml import SpecError, parse_spec
 from kubegpu.sim.controlplane import ControlPlane, ControlPlaneError
 from kubegpu.sim.node import SimNode, SimNodeConfig
@@ -30,7 +31,7 @@ from kubegpu.sim.pods import kill_pod_processes
 PID_FILE = "sim.pid"
 
 
-class ClusterFileError(ValueError):
+class ClusterFileError(loader.InputError):
     """A cluster file that cannot be used; the message names the field and value."""
 
 
@@ -66,28 +67,15 @@ class ClusterSpec(BaseModel):
         seen: set[str] = set()
         for n in value:
             if n.name in seen:
-                raise ValueError(f"node name {n.name!r} appears twice")
+                raise ValueError(f"node name {loader.excerpt(n.name)} appears twice")
             seen.add(n.name)
         return value
 
 
 def load_cluster(path: Path) -> ClusterSpec:
-    try:
-        data: Any = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ClusterFileError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ClusterFileError(f"{path}: malformed YAML: {exc}") from None
-    try:
-        return ClusterSpec.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        value = first.get("input")
-        shown = f", value {value!r}" if not isinstance(value, dict | list) else ""
-        raise ClusterFileError(
-            f"{path}: field {loc}{shown}: {first['msg'].removeprefix('Value error, ')}"
-        ) from None
+    data, source = loader.load_yaml(path, ClusterFileError)
+    loader.require_mapping(data, source, ClusterFileError, "a mapping with 'nodes'")
+    return loader.validate(ClusterSpec, data, source, ClusterFileError)
 
 
 class SimCluster:

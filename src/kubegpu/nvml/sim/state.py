@@ -8,6 +8,7 @@ leaves a torn state.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
@@ -20,6 +21,7 @@ from typing import Any, NotRequired, TypedDict
 
 from filelock import FileLock
 
+from kubegpu.base.loader import excerpt
 from kubegpu.nvml.sim.spec import NodeSpec
 
 STATE_VERSION = 1
@@ -171,17 +173,26 @@ class StateFile:
             data: Any = json.loads(self.path.read_text())
         except FileNotFoundError:
             raise FileNotFoundError(f"sim GPU state {self.path} does not exist") from None
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"sim GPU state {self.path} is not valid JSON: {exc}") from None
-        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+        if not isinstance(data, dict):
             raise ValueError(
-                f"sim GPU state {self.path}: unsupported format (version {data.get('version')!r})"
+                f"sim GPU state {self.path}: expected a JSON object, got {excerpt(data)}"
+            )
+        if data.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"sim GPU state {self.path}: unsupported format "
+                f"(version {excerpt(data.get('version'))})"
             )
         state: NodeState = data  # type: ignore[assignment]
         return state
 
     def _write(self, state: NodeState) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".")
+        # Only a lock holder writes, so any temporary file still here belongs to a writer
+        # that was killed between creating and renaming it: remove it.
+        for stray in self.path.parent.glob(glob.escape(self.path.name) + ".*.tmp"):
+            stray.unlink(missing_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".", suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(state, f, indent=1)

@@ -1,0 +1,82 @@
+"""The names NVIDIA's stack defines and kubegpu speaks: labels, resources, env vars, CDI kinds.
+
+One place for every string a user's manifests, node labels or containers already depend
+on (design.md section 1), so two components can never disagree on a spelling. Data only:
+constants and two tiny builders; no imports from the rest of kubegpu.
+"""
+
+from __future__ import annotations
+
+# --- label and resource domain -------------------------------------------------------------
+
+DOMAIN = "nvidia.com"
+PREFIX = f"{DOMAIN}/"  # every GPU label and extended resource starts with this
+
+# --- node labels the operator and the MIG manager read or write (gpu-operator.md) ----------
+
+GPU_PRESENT = "nvidia.com/gpu.present"
+DEPLOY_PREFIX = "nvidia.com/gpu.deploy."  # + operand, e.g. nvidia.com/gpu.deploy.device-plugin
+DEPLOY_OPERANDS = "nvidia.com/gpu.deploy.operands"
+WORKLOAD_CONFIG = "nvidia.com/gpu.workload.config"
+MIG_CONFIG = "nvidia.com/mig.config"
+MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
+DEVICE_PLUGIN_CONFIG = "nvidia.com/device-plugin.config"
+VGPU_HOST_DRIVER = "nvidia.com/vgpu.host-driver-version"
+
+# --- GPU feature discovery labels (device-plugin.md section 6) -----------------------------
+
+GFD_TIMESTAMP = "nvidia.com/gfd.timestamp"
+GPU_PRODUCT = "nvidia.com/gpu.product"
+GPU_COUNT = "nvidia.com/gpu.count"
+GPU_REPLICAS = "nvidia.com/gpu.replicas"
+GPU_MEMORY = "nvidia.com/gpu.memory"
+GPU_MACHINE = "nvidia.com/gpu.machine"
+GPU_MODE = "nvidia.com/gpu.mode"
+GPU_FAMILY = "nvidia.com/gpu.family"
+GPU_SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"
+MIG_CAPABLE = "nvidia.com/mig.capable"
+MIG_STRATEGY = "nvidia.com/mig.strategy"
+MPS_CAPABLE = "nvidia.com/mps.capable"
+VGPU_PRESENT = "nvidia.com/vgpu.present"
+
+# --- annotations ----------------------------------------------------------------------------
+
+LAST_APPLIED_HASH = "nvidia.com/last-applied-hash"  # the operator's change detector
+
+# --- extended resources (device-plugin.md section 2) ---------------------------------------
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_SUFFIX = ".shared"
+GPU_SHARED_RESOURCE = GPU_RESOURCE + SHARED_SUFFIX  # nvidia.com/gpu.shared
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+GPU_TAINT_KEY = GPU_RESOURCE  # the taint GPU nodes often carry, tolerated by every operand
+
+# --- container environment ------------------------------------------------------------------
+
+NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+NVIDIA_DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
+NVIDIA_MIG_MONITOR_DEVICES = "NVIDIA_MIG_MONITOR_DEVICES"
+NVIDIA_IMEX_CHANNELS = "NVIDIA_IMEX_CHANNELS"
+CUDA_MPS_PIPE_DIRECTORY = "CUDA_MPS_PIPE_DIRECTORY"
+CUDA_MPS_LOG_DIRECTORY = "CUDA_MPS_LOG_DIRECTORY"
+VISIBLE_DEVICES_VOID = "void"  # NVIDIA_VISIBLE_DEVICES value that hands out no GPU
+
+# --- CDI kinds ------------------------------------------------------------------------------
+
+CDI_PLUGIN_VENDOR = "k8s.device-plugin.nvidia.com"
+CDI_PLUGIN_KIND = f"{CDI_PLUGIN_VENDOR}/gpu"  # devices the device plugin hands out
+CDI_MANAGEMENT_KIND = "management.nvidia.com/gpu"  # every GPU, for management containers
+CDI_RUNTIME_KIND = "nvidia.com/gpu"  # the container toolkit's own spec
+
+
+def deploy_label(operand: str) -> str:
+    """`device-plugin` -> `nvidia.com/gpu.deploy.device-plugin`."""
+    return DEPLOY_PREFIX + operand
+
+
+def mig_resource(profile: str) -> str:
+    """`1g.10gb+me` -> `nvidia.com/mig-1g.10gb.me`: upstream's mixed-strategy name (`+` -> `.`).
+
+    No length or DNS checks here; the device-plugin config validates names it is given.
+    """
+    return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
