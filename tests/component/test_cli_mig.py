@@ -185,3 +185,68 @@ def test_demo_runs(tmp_path: Path) -> None:
     assert code == 0, err
     assert "refusing to change GPUs that are in use" in out
     assert "assert inference-and-training: applied" in out
+
+
+@pytest.mark.parametrize(
+    ("where", "why"),
+    [
+        ("missing/out.yaml", "does not exist"),
+        (".", "it is a directory; name a file"),
+    ],
+)
+def test_generate_into_a_missing_directory_or_onto_a_directory_is_one_error(
+    tmp_path: Path, where: str, why: str
+) -> None:
+    target = tmp_path / where
+    code, out, err = run("mig", "generate", "--model", "h200", "-f", str(target))
+    assert code == 1
+    assert out == ""
+    assert err.startswith(f"error: --file {target}: cannot write: ")
+    assert why in err
+    assert len(err.splitlines()) == 1
+
+
+def test_generate_writes_the_file(tmp_path: Path) -> None:
+    target = tmp_path / "out.yaml"
+    code, out, _ = run("mig", "generate", "--model", "h200", "-f", str(target))
+    assert (code, out) == (0, "")
+    assert "all-1g.18gb" in yaml.safe_load(target.read_text())["mig-configs"]
+
+
+def test_apply_of_a_config_that_covers_no_gpu_is_refused_and_assert_agrees(
+    tmp_path: Path, node: str
+) -> None:
+    path = _write(
+        tmp_path,
+        "version: v1\nmig-configs:\n  a:\n    - devices: all\n      device-filter: '0x20B010DE'\n      mig-enabled: false\n",
+    )
+    code, out, err = run("mig", "apply", "-f", path, "--nvml", node, "--sim-node", "h200:1")
+    assert code == 1
+    assert "already applied" not in out
+    assert "GPU 0 (h200) is selected by no entry of config 'a'" in err
+    assert "nothing was applied" in err
+    assert run("mig", "assert", "-f", path, "--nvml", node)[0] == 1
+    assert run("mig", "validate", "-f", path, "--model", "h200:1")[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("stdin", "code", "message"),
+    [
+        ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false}]}\n", 0, ""),
+        ("", 1, "error: <stdin>: standard input is empty"),
+        (
+            "version: v1\nversion: v1\n",
+            1,
+            "error: <stdin>: line 2, column 1 malformed YAML: duplicate key",
+        ),
+        (
+            "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: 'false'}]}\n",
+            1,
+            "error: <stdin>: config 'a', entry 0, field mig-enabled, value 'false'",
+        ),
+    ],
+)
+def test_validate_reads_standard_input_strictly(stdin: str, code: int, message: str) -> None:
+    result = runner.invoke(app, ["mig", "validate", "-f", "-"], input=stdin)
+    assert result.exit_code == code, result.stderr
+    assert result.stderr.startswith(message)

@@ -1,8 +1,13 @@
 """mig-parted's node operations over the `nvml` seam: apply, assert, export, generate.
 
-`apply` checks the whole node before it touches a GPU, refuses GPUs whose instances are
-in use, creates instances at explicit placements (so creation order cannot fragment the
-GPU), and on any failure puts every GPU it changed back the way it was and says so.
+`apply` holds the node's MIG lock (`kubegpu.mig.lock`) for the whole change, checks the
+whole node before it touches a GPU, refuses GPUs whose instances are in use, creates
+instances at explicit placements (so creation order cannot fragment the GPU), and on any
+failure puts every GPU it changed back the way it was and says so.
+
+Every read sees the GPU as it really is, including what an interrupted change leaves
+behind: a GPU instance without its compute instance is no MIG device, but `show`,
+`assert` and `export` report it and `apply` replaces it.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from dataclasses import dataclass, field
 from kubegpu.catalog import GpuInstanceProfile, GpuModel, find_by_pci_id, get_model
 from kubegpu.mig.config import ConfigError, MigConfigEntry, MigPartedConfig
 from kubegpu.mig.geometry import fits, place
-from kubegpu.mig.targets import GpuTarget, NodeGpu, plan_node
+from kubegpu.mig.lock import MigLock, MigLockError
+from kubegpu.mig.targets import GpuTarget, NodeGpu, NodePlan, plan_coverage, plan_node
 from kubegpu.nvml import Activation, Nvml, NvmlError, errors
 
 Report = Callable[[str], None]
+DEFAULT_WRITER = "mig apply"
 
 
 def _quiet(_: str) -> None:
@@ -31,6 +38,10 @@ class ApplyError(RuntimeError):
         super().__init__(message + (f"\n{state}" if state else ""))
 
 
+class NodeStateError(RuntimeError):
+    """The node's MIG state cannot be described as a mig-parted config; the message says why."""
+
+
 @dataclass(frozen=True)
 class GpuMigState:
     """A GPU's MIG state as mig-parted sees it: mode plus MIG devices by profile name."""
@@ -42,6 +53,9 @@ class GpuMigState:
     enabled: bool
     pending: bool
     devices: Counter[str] = field(default_factory=Counter)
+    # GPU instances with no compute instance (`profile@start`): no MIG device, and never
+    # part of a config; what an apply killed between the two creations leaves behind
+    empty_instances: tuple[str, ...] = ()
 
     def describe(self) -> str:
         name = self.model.id if self.model else f"0x{self.pci_device_id:08X}"
@@ -51,6 +65,8 @@ class GpuMigState:
         if self.pending != self.enabled:
             mode += f" (pending {'enabled' if self.pending else 'disabled'} after reset)"
         devs = ", ".join(f"{k}x{v}" for k, v in sorted(self.devices.items())) or "no MIG devices"
+        if self.empty_instances:
+            devs += "; GPU instances without a compute instance: " + ", ".join(self.empty_instances)
         return f"GPU {self.index} ({name}): MIG {mode}, {devs}"
 
 
@@ -62,9 +78,26 @@ def read_state(nvml: Nvml, index: int) -> GpuMigState:
     except errors.NotSupported:
         return GpuMigState(index, model, dev.pci_device_id, False, False, False)
     devices: Counter[str] = Counter()
+    empty: list[str] = []
     if mode.current:
-        devices.update(d.profile for d in nvml.mig_devices(index))
-    return GpuMigState(index, model, dev.pci_device_id, True, mode.current, mode.pending, devices)
+        mig_devices = nvml.mig_devices(index)
+        devices.update(d.profile for d in mig_devices)
+        with_ci = {d.gpu_instance_id for d in mig_devices}
+        for gi in nvml.gpu_instances(index):
+            if gi.id not in with_ci:
+                empty.append(f"{_gi_name(model, gi.profile_id)}@{gi.placement.start}")
+    return GpuMigState(
+        index, model, dev.pci_device_id, True, mode.current, mode.pending, devices, tuple(empty)
+    )
+
+
+def _gi_name(model: GpuModel | None, profile_id: int) -> str:
+    if model is not None and model.mig is not None:
+        try:
+            return model.mig.profile_by_id(profile_id).name
+        except KeyError:
+            pass
+    return f"profile-{profile_id}"
 
 
 def read_node(nvml: Nvml) -> list[GpuMigState]:
@@ -78,12 +111,21 @@ def describe_node(nvml: Nvml) -> str:
         return f"GPU state unavailable: {exc}"
 
 
-def plan_for_node(nvml: Nvml, config: str, entries: Sequence[MigConfigEntry]) -> list[GpuTarget]:
+def _node_gpus(nvml: Nvml) -> list[NodeGpu]:
     gpus = []
     for dev in nvml.devices():
         model = get_model(dev.model_id) if dev.model_id else find_by_pci_id(dev.pci_device_id)
         gpus.append(NodeGpu(dev.index, dev.pci_device_id, model))
-    return plan_node(config, entries, gpus, nvml.system().driver_version)
+    return gpus
+
+
+def plan_for_node(nvml: Nvml, config: str, entries: Sequence[MigConfigEntry]) -> list[GpuTarget]:
+    """Every GPU's target; ConfigError for a bad entry or a GPU the config leaves uncovered."""
+    return plan_node(config, entries, _node_gpus(nvml), nvml.system().driver_version)
+
+
+def coverage_for_node(nvml: Nvml, config: str, entries: Sequence[MigConfigEntry]) -> NodePlan:
+    return plan_coverage(config, entries, _node_gpus(nvml), nvml.system().driver_version)
 
 
 # -- assert -----------------------------------------------------------------------------------
@@ -102,26 +144,25 @@ def config_matches(state: GpuMigState, target: GpuTarget | None) -> bool:
         return False
     if not state.mig_capable or not target.mig_enabled:
         return True
-    return +state.devices == +target.wanted()
+    return not state.empty_instances and +state.devices == +target.wanted()
 
 
 def assert_config(
     nvml: Nvml, config: str, entries: Sequence[MigConfigEntry], *, mode_only: bool = False
 ) -> list[str]:
     """Mismatches between the node and the config (empty: applied). Every GPU must be covered."""
-    targets = {t.index: t for t in plan_for_node(nvml, config, entries)}
+    plan = coverage_for_node(nvml, config, entries)
+    targets = {t.index: t for t in plan.targets}
     problems = []
     for state in read_node(nvml):
         target = targets.get(state.index)
-        ok = mode_matches(state, target) if mode_only else config_matches(state, target)
-        if target is None and not state.mig_capable:
-            # devices: all skips GPUs without MIG; they match a config only by being left alone
-            ok = any(e.devices == "all" for e in entries)
-        if ok:
+        if state.index in plan.uncovered:
+            problems.append(f"GPU {state.index}: not selected by any entry of config {config!r}")
             continue
         if target is None:
-            problems.append(f"GPU {state.index}: not selected by any entry of config {config!r}")
-        else:
+            continue  # selected, but left alone: a GPU without MIG under `devices: all`
+        ok = mode_matches(state, target) if mode_only else config_matches(state, target)
+        if not ok:
             want = (
                 ", ".join(f"{k}x{v}" for k, v in sorted(target.wanted().items()))
                 or "no MIG devices"
@@ -204,8 +245,33 @@ def apply_config(
     mode_only: bool = False,
     skip_reset: bool = False,
     report: Report = _quiet,
+    lock: MigLock | None = None,
 ) -> ApplyResult:
-    """Make the node match the config. Raises ConfigError (nothing touched) or ApplyError."""
+    """Make the node match the config. Raises ConfigError (nothing touched) or ApplyError.
+
+    The whole change, from reading the node to the last instance, happens under the node's
+    MIG lock: `lock` when the caller already holds it (or wants a component named in it),
+    else one taken for this call.
+    """
+    try:
+        held = lock or MigLock.for_node(nvml, DEFAULT_WRITER)
+        held.acquire()
+    except MigLockError as exc:
+        raise ApplyError(f"{exc}; nothing was changed") from None
+    try:
+        return _apply_locked(nvml, config, entries, mode_only, skip_reset, report)
+    finally:
+        held.release()
+
+
+def _apply_locked(
+    nvml: Nvml,
+    config: str,
+    entries: Sequence[MigConfigEntry],
+    mode_only: bool,
+    skip_reset: bool,
+    report: Report,
+) -> ApplyResult:
     targets = plan_for_node(nvml, config, entries)
     states = {s.index: s for s in read_node(nvml)}
     todo = [
@@ -300,8 +366,23 @@ def _roll_back(nvml: Nvml, snapshots: list[_Snapshot]) -> str:
 
 
 def export_config(nvml: Nvml, label: str = "current") -> MigPartedConfig:
-    """The node's current MIG state as a one-config mig-parted file (identical GPUs merged)."""
+    """The node's current MIG state as a one-config mig-parted file (identical GPUs merged).
+
+    NodeStateError when a GPU holds instances no config can describe (left by an
+    interrupted change): exporting without them would claim a state the node is not in.
+    """
     states = read_node(nvml)
+    leftovers = [s for s in states if s.empty_instances]
+    if leftovers:
+        raise NodeStateError(
+            "cannot export: "
+            + "; ".join(
+                f"GPU {s.index} has GPU instances without a compute instance "
+                f"({', '.join(s.empty_instances)})"
+                for s in leftovers
+            )
+            + " (left by an interrupted change; `kubegpu mig apply` replaces them)"
+        )
     groups: dict[tuple[int, bool, tuple[tuple[str, int], ...]], list[int]] = {}
     for s in states:
         enabled = s.enabled and s.mig_capable

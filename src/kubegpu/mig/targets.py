@@ -3,6 +3,14 @@
 Everything here is pure: it decides what each GPU should become, with a concrete
 placement for every instance, before any GPU is touched. Errors name the config, entry,
 field and value.
+
+`validate --model`, `apply` and `assert` all go through `plan_node`, so they agree on
+every input. In particular, as in mig-parted's assert, a config must cover every GPU of
+the node: a GPU that no entry selects makes the config invalid for that node (a MIG-less
+GPU is left alone when some entry says `devices: all`), and an entry that can select no
+GPU at all (`devices: []`) is an error. Sizes are bounded before any work: a node checked
+without hardware has 1 to `MAX_NODE_GPUS` GPUs, and a profile count above the profile's
+max count is refused without a placement search.
 """
 
 from __future__ import annotations
@@ -11,10 +19,23 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kubegpu.catalog import GpuInstanceProfile, GpuModel, all_models, find_by_pci_id
+from kubegpu.base.loader import excerpt
+from kubegpu.catalog import (
+    GpuInstanceProfile,
+    GpuModel,
+    UnknownModelError,
+    all_models,
+    find_by_pci_id,
+    get_model,
+)
 from kubegpu.catalog.profile import ProfileName
 from kubegpu.mig.config import ConfigError, MigConfigEntry
-from kubegpu.mig.geometry import LayoutError, place
+from kubegpu.mig.geometry import LayoutError, misfit_reason, place
+
+MAX_NODE_GPUS = 64
+"""The most GPUs `validate --model M:N` accepts for a node (and without N, the highest GPU
+index + 1 it assumes)."""
+_REASONS_SHOWN = 3  # per uncovered GPU, why the first entries miss it
 
 
 @dataclass(frozen=True)
@@ -72,7 +93,7 @@ def plan_devices(
         )
     mig = model.mig
     gi_counts: Counter[str] = Counter()
-    ci_for: dict[str, list[int]] = {}
+    ci_counts: Counter[tuple[str, int]] = Counter()
     for name, count in mig_devices.items():
         if not count:
             continue
@@ -91,43 +112,95 @@ def plan_devices(
                 f"{where}, field mig-devices, value {name!r}: a {gi_name} instance has no {c}-slice compute instance"
             )
         gi_counts[gi_name] += count
-        ci_for.setdefault(gi_name, []).extend([c] * count)
+        ci_counts[gi_name, c] += count
+    # a count above the profile's max count can never fit; saying so before any placement
+    # search also keeps absurd counts (10**20) from being expanded into lists
+    too_many = any(n > mig.profile(k).max_count for k, n in gi_counts.items())
     try:
-        layout = place(model, gi_counts, driver=driver)
+        layout = None if too_many else place(model, gi_counts, driver=driver)
     except LayoutError as exc:
         raise ConfigError(f"{where}, field mig-devices: {exc}") from None
     if layout is None:
         mix = ", ".join(f"{k}: {n}" for k, n in sorted(mig_devices.items()) if n)
         problems = (
             mig.driver_problems([mig.profile(k) for k in gi_counts.elements()], driver)
-            if driver
+            if driver and not too_many
             else []
         )
         why = (
             "; ".join(problems)
             if problems
             else f"does not fit one {model.id} (instances would overlap, exceed a max count or the GPU's limit of {mig.max_gpu_instances})"
+            if too_many
+            else f"does not fit one {model.id}: {misfit_reason(model, gi_counts, driver=driver)}"
         )
         raise ConfigError(f"{where}, field mig-devices, value {{{mix}}}: {why}")
+    ci_for: dict[str, list[int]] = {}
+    for (gi_name, c), n in ci_counts.items():
+        ci_for.setdefault(gi_name, []).extend([c] * n)
     devices = []
     for pi in layout:
         devices.append(PlannedDevice(pi.profile, pi.start, ci_for[pi.profile.name].pop()))
     return tuple(devices)
 
 
-def plan_node(
+@dataclass(frozen=True)
+class NodePlan:
+    """Every selected GPU's target, and the GPUs the config leaves uncovered."""
+
+    targets: list[GpuTarget]
+    uncovered: dict[int, str]  # GPU index -> why no entry selects it (when one must)
+
+
+def _why_not_selected(entry: MigConfigEntry, gpu: NodeGpu) -> str:
+    if entry.devices != "all" and gpu.index not in entry.devices:
+        return f"devices {excerpt(list(entry.devices))} leave it out"
+    filters = excerpt(list(entry.device_filter or ()))
+    return f"device-filter {filters} does not match its PCI id 0x{gpu.pci_device_id:08X}"
+
+
+def _uncovered(
+    config: str, entries: Sequence[MigConfigEntry], gpus: Sequence[NodeGpu], selected: set[int]
+) -> dict[int, str]:
+    left_alone = any(e.devices == "all" for e in entries)
+    out = {}
+    for gpu in gpus:
+        if gpu.index in selected:
+            continue
+        if left_alone and (gpu.model is None or gpu.model.mig is None):
+            continue  # mig-parted leaves a GPU without MIG alone under `devices: all`
+        name = gpu.model.id if gpu.model else f"PCI id 0x{gpu.pci_device_id:08X}"
+        reasons = [f"entry {i}: {_why_not_selected(e, gpu)}" for i, e in enumerate(entries)]
+        if len(reasons) > _REASONS_SHOWN:
+            more = len(reasons) - _REASONS_SHOWN
+            reasons[_REASONS_SHOWN:] = [f"{more} more entries miss it too"]
+        why = "; ".join(reasons)
+        out[gpu.index] = (
+            f"GPU {gpu.index} ({name}) is selected by no entry of config {config!r} ({why}); "
+            "a config must cover every GPU of the node"
+        )
+    return out
+
+
+def plan_coverage(
     config: str,
     entries: Sequence[MigConfigEntry],
     gpus: Sequence[NodeGpu],
     driver: str | None = None,
-) -> list[GpuTarget]:
-    """Decide every selected GPU's target. GPUs no entry selects are left out."""
+) -> NodePlan:
+    """Decide every selected GPU's target (ConfigError for a bad entry) and report, without
+    raising, which GPUs no entry covers. `assert` reports those as mismatches."""
     errors: list[str] = []
     chosen: dict[int, int] = {}
+    selected: set[int] = set()
     targets: dict[int, GpuTarget] = {}
     for i, entry in enumerate(entries):
         where = _where(config, i)
         if entry.devices != "all":
+            if not entry.devices:
+                errors.append(
+                    f"{where}, field devices, value []: selects no GPU (list GPU indexes or use 'all')"
+                )
             for idx in entry.devices:
                 if idx >= len(gpus):
                     errors.append(
@@ -136,6 +209,7 @@ def plan_node(
         for gpu in gpus:
             if not entry.selects(gpu.index, gpu.pci_device_id):
                 continue
+            selected.add(gpu.index)
             if gpu.model is None:
                 if entry.mig_enabled:
                     errors.append(
@@ -167,22 +241,62 @@ def plan_node(
             targets[gpu.index] = GpuTarget(gpu.index, gpu.model, i, entry.mig_enabled, devices)
     if errors:
         raise ConfigError("\n".join(dict.fromkeys(errors)))
-    return [targets[k] for k in sorted(targets)]
+    return NodePlan(
+        [targets[k] for k in sorted(targets)], _uncovered(config, entries, gpus, selected)
+    )
+
+
+def plan_node(
+    config: str,
+    entries: Sequence[MigConfigEntry],
+    gpus: Sequence[NodeGpu],
+    driver: str | None = None,
+) -> list[GpuTarget]:
+    """Every selected GPU's target; ConfigError when an entry is bad or a GPU is left
+    uncovered. (GPUs a `devices: all` entry skips for lack of MIG get no target.)"""
+    plan = plan_coverage(config, entries, gpus, driver)
+    if plan.uncovered:
+        raise ConfigError("\n".join(plan.uncovered.values()))
+    return plan.targets
+
+
+def parse_model_count(text: str) -> tuple[GpuModel, int | None]:
+    """`MODEL` or `MODEL:COUNT` (1..MAX_NODE_GPUS) as given to `validate --model`."""
+    name, colon, n = text.partition(":")
+    if colon and not (n.isascii() and n.isdigit() and len(n) <= 3 and 1 <= int(n) <= MAX_NODE_GPUS):
+        raise ConfigError(
+            f"--model {excerpt(text)}: the GPU count must be a whole number from 1 to {MAX_NODE_GPUS}"
+        )
+    try:
+        model = get_model(name)
+    except UnknownModelError as exc:
+        raise ConfigError(
+            str(exc) if len(name) <= 60 else f"--model {excerpt(name)}: unknown"
+        ) from None
+    return model, int(n) if colon else None
 
 
 def check_against_model(
     config: str, entries: Sequence[MigConfigEntry], model: GpuModel, count: int | None = None
 ) -> list[GpuTarget]:
-    """Check a config for a node of `count` GPUs of `model`.
+    """Check a config for a node of `count` GPUs of `model`, exactly as `apply` and
+    `assert` would judge it on such a node.
 
-    Without a count, GPU indexes cannot be range-checked, so the node is assumed large
-    enough for every index the config names.
+    Without a count the node's size is unknown: GPU indexes cannot be range-checked nor
+    coverage judged, so the node is assumed to have just the GPUs the config names (up
+    to MAX_NODE_GPUS), each checked as it would be on any node.
     """
-    if count is None:
-        named = [i for e in entries if e.devices != "all" for i in e.devices]
-        count = max([1, *(i + 1 for i in named)])
+    if count is not None and not 1 <= count <= MAX_NODE_GPUS:
+        raise ConfigError(
+            f"config {config!r}: a node of {count} GPUs; the count must be 1 to {MAX_NODE_GPUS}"
+        )
+    if count is not None:
+        gpus = [NodeGpu(i, model.pci_device_id, model) for i in range(count)]
+        return plan_node(config, entries, gpus)
+    named = [i for e in entries if e.devices != "all" for i in e.devices]
+    count = min(MAX_NODE_GPUS, max([1, *(i + 1 for i in named)]))
     gpus = [NodeGpu(i, model.pci_device_id, model) for i in range(count)]
-    return plan_node(config, entries, gpus)
+    return plan_coverage(config, entries, gpus).targets
 
 
 def check_against_catalog(config: str, entries: Sequence[MigConfigEntry]) -> None:
@@ -190,9 +304,13 @@ def check_against_catalog(config: str, entries: Sequence[MigConfigEntry]) -> Non
     (PCI ids the catalog does not know are not checked), or some model when unfiltered."""
     errors: list[str] = []
     for i, entry in enumerate(entries):
+        where = _where(config, i)
+        if entry.devices == ():
+            errors.append(
+                f"{where}, field devices, value []: selects no GPU (list GPU indexes or use 'all')"
+            )
         if not entry.mig_enabled:
             continue
-        where = _where(config, i)
         if entry.device_filter:
             models = list(
                 dict.fromkeys(m for dev, _ in entry.pci_filter() if (m := find_by_pci_id(dev)))
