@@ -14,12 +14,12 @@ from kubegpu.nvml import (
     BackendError,
     EventType,
     MigMode,
-    SimNvml,
     SpecError,
     errors,
     open_nvml,
     parse_spec,
 )
+from kubegpu.nvml.sim import SimControls, SimNvml
 
 MakeNode = Callable[[str], SimNvml]
 
@@ -135,14 +135,14 @@ def test_reboot_applies_pending_modes_and_clears_instances(sim_node: MakeNode) -
     _enable(gpu, 0)
     gpu.create_gpu_instance(0, _id("a100-80gb", "3g.40gb"))
     gpu.set_mig_mode(1, True)
-    gpu.reboot()
+    SimControls.of(gpu).reboot()
     assert gpu.mig_mode(1).current
     assert gpu.gpu_instances(0) == []
 
 
 def test_mode_change_refused_while_processes_run(sim_node: MakeNode) -> None:
     gpu = sim_node("h100-80gb:1")
-    gpu.start_process(0, pid=4242, used_memory_mib=1000)
+    SimControls.of(gpu).start_process(0, pid=4242, used_memory_mib=1000)
     with pytest.raises(errors.InUse, match="4242"):
         gpu.set_mig_mode(0, True)
     with pytest.raises(errors.InUse):
@@ -153,7 +153,7 @@ def test_workstation_cards_need_compute_display_mode(sim_node: MakeNode) -> None
     gpu = sim_node("rtx-pro-6000-ws:1")
     with pytest.raises(errors.NotSupported, match="graphics display mode"):
         gpu.set_mig_mode(0, True)
-    gpu.set_display_mode(0, "compute")
+    SimControls.of(gpu).set_display_mode(0, "compute")
     assert gpu.set_mig_mode(0, True) is Activation.APPLIED
     server = sim_node("rtx-pro-6000-se:1")
     assert server.set_mig_mode(0, True) is Activation.APPLIED
@@ -258,6 +258,28 @@ def test_driver_gated_profile(sim_node: MakeNode) -> None:
         gpu.create_gpu_instance(0, _id("a100-40gb", "1g.10gb"))
 
 
+def test_media_engines_are_shared_out_whole(sim_node: MakeNode) -> None:
+    """An A30 has one JPEG decoder and one OFA: both media profiles cannot have one each."""
+    gpu = sim_node("a30:1;mig=on")
+    gpu.create_gpu_instance(0, _id("a30", "2g.12gb+me"), start=0)
+    with pytest.raises(errors.InsufficientResources, match=r"NVJPG 2 > 1, OFA 2 > 1"):
+        gpu.create_gpu_instance(0, _id("a30", "1g.6gb+me"), start=2)
+    gpu.create_gpu_instance(0, _id("a30", "1g.6gb"), start=2)
+    assert gpu.gpu_instance_remaining_capacity(0, _id("a30", "1g.6gb+me")) == 0
+    assert gpu.gpu_instance_remaining_capacity(0, _id("a30", "1g.6gb")) == 1
+
+
+def test_driver_gated_combination(sim_node: MakeNode) -> None:
+    old = sim_node("a100-40gb:1;mig=on;driver=470.82.01")
+    old.create_gpu_instance(0, _id("a100-40gb", "4g.20gb"), start=0)
+    with pytest.raises(
+        errors.NotSupported, match=r"3g.20gb \+ 4g.20gb on one GPU needs driver R510\+"
+    ):
+        old.create_gpu_instance(0, _id("a100-40gb", "3g.20gb"), start=4)
+    SimControls.of(old).set_driver_version("510.47.03")
+    old.create_gpu_instance(0, _id("a100-40gb", "3g.20gb"), start=4)
+
+
 # -- compute instances and MIG devices -----------------------------------------------------------
 
 
@@ -277,10 +299,10 @@ def test_destroying_an_instance_with_a_running_client_is_refused(sim_node: MakeN
     gi = gpu.create_gpu_instance(0, _id("h200", "1g.18gb"))
     ci = gpu.create_compute_instance(0, gi.id, 0)
     (device,) = gpu.mig_devices(0)
-    gpu.start_process(0, pid=77, used_memory_mib=512, mig_device=device.uuid)
+    SimControls.of(gpu).start_process(0, pid=77, used_memory_mib=512, mig_device=device.uuid)
     with pytest.raises(errors.InUse, match="running processes"):
         gpu.destroy_compute_instance(0, gi.id, ci.id)
-    gpu.stop_process(0, 77)
+    SimControls.of(gpu).stop_process(0, 77)
     gpu.destroy_compute_instance(0, gi.id, ci.id)
 
 
@@ -305,7 +327,7 @@ def test_compute_instances_share_the_gpu_instance(sim_node: MakeNode) -> None:
 def test_injected_xid_is_delivered_once(sim_node: MakeNode) -> None:
     gpu = sim_node("h100-80gb:2")
     assert gpu.wait_for_event(0.01) is None
-    gpu.inject_xid(1, 48)
+    SimControls.of(gpu).inject_xid(1, 48)
     event = gpu.wait_for_event(1.0)
     assert event is not None
     assert (event.device_index, event.type, event.xid) == (1, EventType.XID, 48)
@@ -315,14 +337,14 @@ def test_injected_xid_is_delivered_once(sim_node: MakeNode) -> None:
 def test_a_handle_only_sees_events_after_it_opened(tmp_path: Path) -> None:
     path = tmp_path / "n.json"
     first = SimNvml.create(path, "l4:1")
-    first.inject_xid(0, 31)
+    SimControls.of(first).inject_xid(0, 31)
     late = SimNvml(path)
     assert late.wait_for_event(0.05) is None
 
 
 def test_lost_gpu_raises_until_reset(sim_node: MakeNode) -> None:
     gpu = sim_node("l40s:2")
-    gpu.lose_gpu(0)
+    SimControls.of(gpu).lose_gpu(0)
     event = gpu.wait_for_event(1.0)
     assert event is not None
     assert (event.type, event.xid) == (EventType.GPU_LOST, 79)
@@ -336,10 +358,30 @@ def test_lost_gpu_raises_until_reset(sim_node: MakeNode) -> None:
 def test_memory_and_utilisation_follow_processes(sim_node: MakeNode) -> None:
     gpu = sim_node("l4:1")
     assert gpu.memory(0).used_mib == 0
-    gpu.start_process(0, pid=1, used_memory_mib=2048, sm_percent=40)
+    SimControls.of(gpu).start_process(0, pid=1, used_memory_mib=2048, sm_percent=40)
     assert gpu.memory(0).used_mib == 2048
     assert gpu.utilization(0).gpu_percent == 40
     assert [p.pid for p in gpu.processes(0)] == [1]
+
+
+def test_lab_controls_are_apart_from_the_nvml_interface(tmp_path: Path) -> None:
+    import kubegpu.nvml
+
+    controls = ("inject_xid", "lose_gpu", "set_display_mode", "start_process", "reboot", "set_busy")
+    assert not any(hasattr(SimNvml, name) for name in controls)
+    assert all(hasattr(SimControls, name) for name in controls)
+    assert not hasattr(kubegpu.nvml, "SimNvml")
+    gpu = SimNvml.create(tmp_path / "n.json", "l4:1")
+    lab = SimControls(tmp_path / "n.json")  # a separate handle on the same node
+    lab.start_process(0, pid=3, used_memory_mib=100)
+    assert [p.pid for p in gpu.processes(0)] == [3]
+
+
+def test_controls_book_changes_at_their_nvml_handles_clock(tmp_path: Path) -> None:
+    gpu = SimNvml.create(tmp_path / "n.json", "l4:1")
+    lab = SimControls.of(gpu)
+    gpu.clock = lambda: 1234.5
+    assert lab.clock() == 1234.5
 
 
 def test_corrupt_state_file_is_reported(tmp_path: Path) -> None:

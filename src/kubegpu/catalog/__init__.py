@@ -1,7 +1,9 @@
 """The GPU catalog: every model kubegpu knows, with MIG profiles, placements and prerequisites.
 
-Data lives in gpus.yaml (generated from the project's reference); this package only reads
-it. Values no source confirms are listed per record in `unconfirmed`.
+Data lives in gpus.yaml (generated from the project's reference); this package reads it,
+and kubegpu.catalog.placement states, as pure functions over it, the rules a set of MIG
+instances must keep on one GPU. Values no source confirms are listed per record in
+`unconfirmed`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from kubegpu.catalog.models import (
     Engines,
     GpuInstanceProfile,
     GpuModel,
+    MediaEngines,
     MigCapability,
     driver_at_least,
     parse_driver_version,
@@ -24,6 +27,7 @@ __all__ = [
     "Engines",
     "GpuInstanceProfile",
     "GpuModel",
+    "MediaEngines",
     "MigCapability",
     "UnknownModelError",
     "all_models",

@@ -14,6 +14,7 @@ from kubegpu.catalog.models import (
     Engines,
     GpuInstanceProfile,
     GpuModel,
+    MediaEngines,
     MigCapability,
 )
 from kubegpu.catalog.naming import gpu_instance_name, variant_of
@@ -55,6 +56,19 @@ def _profile(model_id: str, total_mib: int, raw: dict[str, Any]) -> GpuInstanceP
     )
 
 
+def _engines(model_id: str, raw: Any) -> MediaEngines:
+    where = f"gpus.yaml: model {model_id}, field mig.engines"
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{where}: expected a mapping of dec, enc, jpg, ofa, got {raw!r}")
+    counts = {}
+    for key in ("dec", "enc", "jpg", "ofa"):
+        value = raw.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise CatalogError(f"{where}.{key}: expected a count, got {value!r}")
+        counts[key] = value
+    return MediaEngines(**counts)
+
+
 def _mig(model_id: str, total_mib: int, raw: dict[str, Any]) -> MigCapability:
     profiles = tuple(_profile(model_id, total_mib, p) for p in raw["gpu_instance_profiles"])
     for p in profiles:
@@ -69,6 +83,14 @@ def _mig(model_id: str, total_mib: int, raw: dict[str, Any]) -> MigCapability:
         if p.id in seen:
             raise CatalogError(f"gpus.yaml: model {model_id}: duplicate profile id {p.id}")
         seen.add(p.id)
+    engines = _engines(model_id, raw.get("engines"))
+    for p in profiles:
+        over = p.engines.media.over(engines)
+        if over:
+            raise CatalogError(
+                f"gpus.yaml: model {model_id}, profile {p.name}: more media engines than the "
+                f"GPU has ({', '.join(over)})"
+            )
     tables: dict[int, tuple[ComputeInstanceProfile, ...]] = {}
     for gi_slices, rows in (raw.get("compute_instance_profiles") or {}).items():
         tables[int(gi_slices)] = tuple(
@@ -95,6 +117,7 @@ def _mig(model_id: str, total_mib: int, raw: dict[str, Any]) -> MigCapability:
         display_mode_compute_required=raw["display_mode_compute_required"],
         min_vbios=raw.get("min_vbios"),
         gpu_instance_profiles=profiles,
+        engines=engines,
         compute_instance_tables=tables,
         combination_rules=rules,
         unconfirmed=frozenset(raw.get("unconfirmed", [])),

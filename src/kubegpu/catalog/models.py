@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from kubegpu.catalog.naming import compute_instance_name, variant_of
 
@@ -21,6 +22,50 @@ def driver_at_least(version: str, minimum: str) -> bool:
 
 
 @dataclass(frozen=True)
+class MediaEngines:
+    """Decoders, encoders, JPEG decoders and optical-flow accelerators: counts of each.
+
+    A GPU has a fixed number of each and hands them out whole to its GPU instances, so a
+    set of instances fits only when their sums stay within the GPU's (`MigCapability.engines`).
+    """
+
+    dec: int
+    enc: int
+    jpg: int
+    ofa: int
+
+    def __add__(self, other: MediaEngines) -> MediaEngines:
+        return MediaEngines(
+            self.dec + other.dec, self.enc + other.enc, self.jpg + other.jpg, self.ofa + other.ofa
+        )
+
+    def fits_with(self, more: MediaEngines, budget: MediaEngines) -> bool:
+        """Whether this plus `more` stays within `budget` (the hot path of layout search)."""
+        return (
+            self.dec + more.dec <= budget.dec
+            and self.enc + more.enc <= budget.enc
+            and self.jpg + more.jpg <= budget.jpg
+            and self.ofa + more.ofa <= budget.ofa
+        )
+
+    def over(self, budget: MediaEngines) -> list[str]:
+        """The engine kinds of which this needs more than `budget` has, as 'NVDEC 5 > 4'."""
+        return [
+            f"{label} {mine} > {theirs}"
+            for label, mine, theirs in (
+                ("NVDEC", self.dec, budget.dec),
+                ("NVENC", self.enc, budget.enc),
+                ("NVJPG", self.jpg, budget.jpg),
+                ("OFA", self.ofa, budget.ofa),
+            )
+            if mine > theirs
+        ]
+
+
+NO_MEDIA_ENGINES = MediaEngines(0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
 class Engines:
     """Media and copy engines owned by one GPU instance."""
 
@@ -29,6 +74,10 @@ class Engines:
     enc: int
     jpg: int
     ofa: int
+
+    @cached_property
+    def media(self) -> MediaEngines:
+        return MediaEngines(self.dec, self.enc, self.jpg, self.ofa)
 
 
 @dataclass(frozen=True)
@@ -96,6 +145,7 @@ class MigCapability:
     display_mode_compute_required: bool
     min_vbios: str | None
     gpu_instance_profiles: tuple[GpuInstanceProfile, ...]
+    engines: MediaEngines  # the media engines the GPU shares out among its instances
     compute_instance_tables: dict[int, tuple[ComputeInstanceProfile, ...]] = field(
         default_factory=dict, hash=False, compare=False
     )
@@ -115,19 +165,13 @@ class MigCapability:
         raise KeyError(profile_id)
 
     def driver_problems(self, profiles: Iterable[GpuInstanceProfile], driver: str) -> list[str]:
-        """Why `driver` cannot create these profiles together on one GPU (empty when it can)."""
-        ps = list(profiles)
-        out = [
-            f"{p.name} needs driver R{p.min_driver}+ (have {driver})"
-            for p in dict.fromkeys(ps)
-            if p.min_driver and not driver_at_least(driver, p.min_driver)
-        ]
-        kinds = {p.nvml for p in ps}
-        for rule in self.combination_rules:
-            if rule.profiles <= kinds and not driver_at_least(driver, rule.min_driver):
-                names = " + ".join(sorted({p.name for p in ps if p.nvml in rule.profiles}))
-                out.append(f"{names} on one GPU needs driver R{rule.min_driver}+ (have {driver})")
-        return out
+        """Why `driver` cannot create these profiles together on one GPU (empty when it can).
+
+        The rules live in kubegpu.catalog.placement; this is a shortcut to them.
+        """
+        from kubegpu.catalog.placement import driver_problems
+
+        return driver_problems(self, profiles, driver)
 
     def compute_instance_profiles(
         self, gi: GpuInstanceProfile

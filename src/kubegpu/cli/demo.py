@@ -23,7 +23,8 @@ from kubegpu.mig.parted import (
     export_config,
     generate_config,
 )
-from kubegpu.nvml import Nvml, SimNvml
+from kubegpu.nvml import Nvml
+from kubegpu.nvml.sim import SimControls, SimNvml
 
 console = Console(highlight=False)
 
@@ -126,7 +127,7 @@ def demo(
 
         _step("6. A workload holds a MIG device: repartitioning is refused and nothing changes")
         held = gpus.mig_devices(0)[0]
-        gpus.start_process(0, pid=4242, used_memory_mib=8000, mig_device=held.uuid)
+        SimControls.of(gpus).start_process(0, pid=4242, used_memory_mib=8000, mig_device=held.uuid)
         try:
             apply_config(gpus, name, entries)
         except ApplyError as exc:

@@ -9,7 +9,8 @@ from pathlib import Path
 import typer
 
 from kubegpu.cli.options import SIM_NODE_OPTION, fail
-from kubegpu.nvml import BackendError, NvmlError, SimNvml, open_nvml
+from kubegpu.nvml import BackendError, NvmlError, open_nvml
+from kubegpu.nvml.sim import SimControls, SimNvml
 
 app = typer.Typer(help="Simulated clusters, nodes and GPUs.", no_args_is_help=True)
 gpu_app = typer.Typer(help="Lab controls for a simulated node's GPUs.", no_args_is_help=True)
@@ -29,11 +30,14 @@ def _sim(nvml: str, sim_node: str | None) -> SimNvml:
     return node
 
 
+def _lab(nvml: str, sim_node: str | None = None) -> SimControls:
+    return SimControls.of(_sim(nvml, sim_node))
+
+
 @gpu_app.command("show")
 def show(nvml: str = SIM_NVML, sim_node: str | None = SIM_NODE_OPTION) -> None:
     """List the node's GPUs (and create the node when --sim-node is given)."""
-    node = _sim(nvml, sim_node)
-    state = node.raw_state()
+    state = _lab(nvml, sim_node).raw_state()
     typer.echo(f"driver {state['driver_version']}, boot {state['boot_id']}")
     for g in state["gpus"]:
         mig = "on" if g["mig_current"] else "off"
@@ -53,9 +57,10 @@ def display_mode(
 ) -> None:
     """Switch display mode, as DisplayModeSelector does on RTX PRO Workstation cards."""
     node = _sim(nvml, None)
+    lab = SimControls.of(node)
     try:
         for i in gpu or range(node.device_count()):
-            node.set_display_mode(i, mode)
+            lab.set_display_mode(i, mode)
     except NvmlError as exc:
         fail(str(exc))
 
@@ -68,7 +73,7 @@ def xid(
 ) -> None:
     """Inject an XID event."""
     try:
-        _sim(nvml, None).inject_xid(gpu, code)
+        _lab(nvml).inject_xid(gpu, code)
     except NvmlError as exc:
         fail(str(exc))
 
@@ -77,7 +82,7 @@ def xid(
 def lose(gpu: int = typer.Option(0, "--gpu", "-i"), nvml: str = SIM_NVML) -> None:
     """Make a GPU fall off the bus (Xid 79) until reset or reboot."""
     try:
-        _sim(nvml, None).lose_gpu(gpu)
+        _lab(nvml).lose_gpu(gpu)
     except NvmlError as exc:
         fail(str(exc))
 
@@ -94,7 +99,7 @@ def reset(gpu: int = typer.Option(..., "--gpu", "-i"), nvml: str = SIM_NVML) -> 
 @gpu_app.command("reboot")
 def reboot(nvml: str = SIM_NVML) -> None:
     """Reboot the simulated node's GPUs: pending MIG modes apply, instances clear."""
-    _sim(nvml, None).reboot()
+    _lab(nvml).reboot()
 
 
 # -- simulated clusters -------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """MIG geometry: which sets of GPU instances fit one GPU, and where they go.
 
 A GPU instance occupies `[start, start + slices)` on the model's placement axis (8 memory
-slices on A100/H100/B200, 4 on A30, a 12-unit grid on the RTX PRO 6000). A layout is
-valid when no two instances overlap, each profile stays within its max count, the GPU's
-instance limit holds, an `+me.all` instance shares the GPU only with `-me` instances, and
-driver-gated profiles or combinations are allowed by the driver. Everything here is pure.
+slices on A100/H100/B200, 4 on A30, a 12-unit grid on the RTX PRO 6000). Whether a set of
+instances is allowed (overlaps, max counts, the GPU's instance limit, its media engines,
+driver gates) is decided by kubegpu.catalog.placement, the rules the simulated GPU enforces
+too; this module searches layouts with them. Everything here is pure.
 """
 
 from __future__ import annotations
@@ -15,29 +15,30 @@ from dataclasses import dataclass
 from functools import cache
 
 from kubegpu.catalog import GpuInstanceProfile, GpuModel, MigCapability
+from kubegpu.catalog.placement import (
+    Occupancy,
+    PlacedInstance,
+    addition_problem,
+    driver_problems,
+    instance_mask,
+    layout_problem,
+    mix_problem,
+    profile_allowed,
+)
 
-
-@dataclass(frozen=True)
-class PlacedInstance:
-    """One GPU instance of `profile` at `start`."""
-
-    start: int
-    profile: GpuInstanceProfile
-
-    @property
-    def size(self) -> int:
-        return self.profile.slices
-
-    @property
-    def mask(self) -> int:
-        return ((1 << self.profile.slices) - 1) << self.start
-
-    def __str__(self) -> str:
-        return f"{self.profile.name}@{self.start}:{self.profile.slices}"
-
-    def __repr__(self) -> str:
-        return f"PlacedInstance({self})"
-
+__all__ = [
+    "Layout",
+    "LayoutError",
+    "PlacedInstance",
+    "driver_violations",
+    "feasible_mixes",
+    "fits",
+    "iter_layouts",
+    "misfit_reason",
+    "mix_of",
+    "place",
+    "validate_layout",
+]
 
 Layout = tuple[PlacedInstance, ...]
 
@@ -52,53 +53,23 @@ def _mig(model: GpuModel) -> MigCapability:
     return model.mig
 
 
-def _compatible_me(profiles: Iterable[GpuInstanceProfile]) -> bool:
-    """nvml.h: an ALL_ME instance prevents allocation of all but NO_ME profiles."""
-    ps = list(profiles)
-    if not any(p.all_media_engines for p in ps):
-        return True
-    return sum(p.all_media_engines for p in ps) == 1 and all(
-        p.all_media_engines or p.no_media_engines for p in ps
-    )
-
-
 def driver_violations(
     mig: MigCapability, profiles: Iterable[GpuInstanceProfile], driver: str | None
 ) -> list[str]:
-    """Why this driver cannot create these profiles together (empty when it can or is unknown)."""
-    return [] if driver is None else mig.driver_problems(profiles, driver)
+    """Why this driver cannot create these profiles together (empty when it can or is unknown).
+
+    Covers the model's MIG minimum, per-profile minimums and combination rules.
+    """
+    return driver_problems(mig, profiles, driver)
 
 
 def validate_layout(
     model: GpuModel, layout: Sequence[PlacedInstance], driver: str | None = None
 ) -> None:
     """Raise LayoutError naming the first broken rule; return when the layout is valid."""
-    mig = _mig(model)
-    if len(layout) > mig.max_gpu_instances:
-        raise LayoutError(
-            f"{len(layout)} GPU instances exceed the {mig.max_gpu_instances} a {model.id} supports"
-        )
-    counts = Counter(pi.profile for pi in layout)
-    for profile, n in counts.items():
-        if n > profile.max_count:
-            raise LayoutError(
-                f"{n}x {profile.name} exceeds its max count {profile.max_count} on {model.id}"
-            )
-    used = 0
-    for pi in sorted(layout, key=lambda pi: pi.start):
-        if pi.start not in pi.profile.placements:
-            starts = ",".join(str(s) for s in pi.profile.placements)
-            raise LayoutError(
-                f"{pi.profile.name} cannot start at {pi.start} on {model.id} (starts: {starts})"
-            )
-        if used & pi.mask:
-            raise LayoutError(f"{pi} overlaps another instance")
-        used |= pi.mask
-    if not _compatible_me(counts):
-        raise LayoutError("an +me.all instance can share its GPU only with -me instances")
-    problems = driver_violations(mig, counts, driver)
-    if problems:
-        raise LayoutError("; ".join(problems))
+    problem = layout_problem(_mig(model), layout, driver)
+    if problem:
+        raise LayoutError(f"{model.id}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -108,24 +79,17 @@ class _Candidate:
     mask: int
 
 
-def _candidates(mig: MigCapability, profiles: Iterable[GpuInstanceProfile]) -> list[_Candidate]:
-    out = [_Candidate(p, s, ((1 << p.slices) - 1) << s) for p in profiles for s in p.placements]
+def _candidates(
+    mig: MigCapability, profiles: Iterable[GpuInstanceProfile], driver: str | None
+) -> list[_Candidate]:
+    out = [
+        _Candidate(p, s, ((1 << p.slices) - 1) << s)
+        for p in profiles
+        if profile_allowed(p, driver)
+        for s in p.placements
+    ]
     out.sort(key=lambda c: (c.start, -c.profile.slices, c.profile.id))
     return out
-
-
-def _can_add(
-    mig: MigCapability,
-    chosen: list[_Candidate],
-    counts: Counter[GpuInstanceProfile],
-    used: int,
-    c: _Candidate,
-) -> bool:
-    if used & c.mask or len(chosen) >= mig.max_gpu_instances:
-        return False
-    if counts[c.profile] >= c.profile.max_count:
-        return False
-    return _compatible_me([*counts.elements(), c.profile])
 
 
 def iter_layouts(
@@ -133,32 +97,38 @@ def iter_layouts(
     profiles: Iterable[GpuInstanceProfile] | None = None,
     *,
     maximal_only: bool = True,
+    driver: str | None = None,
 ) -> Iterator[Layout]:
     """Every valid layout built from `profiles` (default: all of the model's), each once.
 
     A layout is maximal when no further instance of the given profiles can be added.
+    With a `driver`, only layouts that driver can create (none below the model's minimum).
     """
     mig = _mig(model)
-    cands = _candidates(mig, profiles if profiles is not None else mig.gpu_instance_profiles)
+    if driver is not None and driver_problems(mig, [], driver):
+        return
+    cands = _candidates(
+        mig, profiles if profiles is not None else mig.gpu_instance_profiles, driver
+    )
     chosen: list[_Candidate] = []
-    counts: Counter[GpuInstanceProfile] = Counter()
 
-    def walk(i: int, used: int) -> Iterator[Layout]:
+    def can_add(occ: Occupancy, c: _Candidate) -> bool:
+        return addition_problem(mig, occ, c.profile, c.start, driver) is None
+
+    def walk(i: int, occ: Occupancy) -> Iterator[Layout]:
         for j in range(i, len(cands)):
             c = cands[j]
-            if _can_add(mig, chosen, counts, used, c):
+            if can_add(occ, c):
                 chosen.append(c)
-                counts[c.profile] += 1
-                yield from walk(j + 1, used | c.mask)
+                yield from walk(j + 1, occ.add(c.profile, c.start))
                 chosen.pop()
-                counts[c.profile] -= 1
         if not chosen:
             return
-        if maximal_only and any(_can_add(mig, chosen, counts, used, c) for c in cands):
+        if maximal_only and any(can_add(occ, c) for c in cands):
             return
         yield tuple(PlacedInstance(c.start, c.profile) for c in chosen)
 
-    yield from walk(0, 0)
+    yield from walk(0, Occupancy())
 
 
 def mix_of(layout: Iterable[PlacedInstance]) -> tuple[tuple[str, int], ...]:
@@ -211,13 +181,16 @@ def place(
     wanted = _resolve(mig, model, {k: v for k, v in mix.items() if v})
     if not wanted:
         return ()
-    if driver_violations(mig, [*wanted.elements(), *(o.profile for o in occupied)], driver):
-        return None
     if not occupied:
+        # the table was built with every rule but the driver's
+        if driver_problems(mig, wanted.elements(), driver):
+            return None
         key = tuple(sorted((p.name, n) for p, n in wanted.items()))
         found = feasible_mixes(model).get(key)
         return _largest_first(found) if found is not None else None
-    return _search(mig, wanted, occupied)
+    if mix_problem(mig, [*(o.profile for o in occupied), *wanted.elements()], driver):
+        return None
+    return _search(wanted, occupied)
 
 
 def _largest_first(layout: Layout) -> Layout:
@@ -225,19 +198,16 @@ def _largest_first(layout: Layout) -> Layout:
 
 
 def _search(
-    mig: MigCapability, wanted: Counter[GpuInstanceProfile], occupied: Sequence[PlacedInstance]
+    wanted: Counter[GpuInstanceProfile], occupied: Sequence[PlacedInstance]
 ) -> Layout | None:
-    """Backtracking placement of `wanted` around `occupied`: biggest profiles first."""
+    """Backtracking placement of `wanted` around `occupied`: biggest profiles first.
+
+    The caller has checked the placement-free rules for the whole mix (they hold for every
+    layout of it), so only the placement rules are left: a profile's starts, no overlaps.
+    """
     used = 0
     for o in occupied:
         used |= o.mask
-    counts: Counter[GpuInstanceProfile] = Counter(o.profile for o in occupied)
-    if len(occupied) + sum(wanted.values()) > mig.max_gpu_instances:
-        return None
-    if not _compatible_me([*counts.elements(), *wanted.elements()]):
-        return None
-    if any(counts[p] + n > p.max_count for p, n in wanted.items()):
-        return None
     todo = sorted(wanted.elements(), key=lambda p: (-p.slices, len(p.placements), p.id))
     placed: list[PlacedInstance] = []
 
@@ -248,10 +218,8 @@ def _search(
         # identical profiles are placed in increasing start order to avoid re-trying permutations
         lo = min_start if k and todo[k - 1] is p else 0
         for s in p.placements:
-            if s < lo:
-                continue
-            mask = ((1 << p.slices) - 1) << s
-            if used & mask:
+            mask = instance_mask(s, p.slices)
+            if s < lo or used & mask:
                 continue
             placed.append(PlacedInstance(s, p))
             if go(k + 1, used | mask, s + 1):
@@ -264,3 +232,17 @@ def _search(
 
 def fits(model: GpuModel, mix: Mapping[str, int], *, driver: str | None = None) -> bool:
     return place(model, mix, driver=driver) is not None
+
+
+def misfit_reason(model: GpuModel, mix: Mapping[str, int], *, driver: str | None = None) -> str:
+    """Why `mix` (profile name -> count) does not fit one GPU of `model`, in words.
+
+    The rule the mix breaks whatever its layout (driver, counts, instance limit, media
+    engines), else that its instances cannot be placed without overlapping.
+    """
+    mig = _mig(model)
+    wanted = _resolve(mig, model, {k: v for k, v in mix.items() if v})
+    problem = mix_problem(mig, wanted.elements(), driver)
+    if problem:
+        return problem.message
+    return f"the instances would overlap (a {model.id} has {mig.placement_units} placement units)"

@@ -2,7 +2,8 @@
 
 `open_nvml("real")` talks to the driver through nvidia-ml-py; `open_nvml("sim:<file>")`
 opens a simulated node. The choice is configuration (`--nvml`, `KUBEGPU_NVML`), never a
-test-only branch.
+test-only branch. The simulator's classes (`SimNvml`, and `SimControls` for faults and
+reboots) are imported from kubegpu.nvml.sim.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from kubegpu.nvml import errors
 from kubegpu.nvml.errors import NvmlError
 from kubegpu.nvml.interface import Nvml
-from kubegpu.nvml.sim import NodeSpec, SimNvml, SpecError, parse_spec
+from kubegpu.nvml.sim.spec import NodeSpec, SpecError, parse_spec
 from kubegpu.nvml.types import (
     Activation,
     ComputeInstanceInfo,
@@ -55,7 +56,6 @@ __all__ = [
     "NvmlError",
     "Placement",
     "ProcessInfo",
-    "SimNvml",
     "SpecError",
     "SystemInfo",
     "Utilization",
@@ -82,6 +82,8 @@ def open_nvml(nvml: str | None = None, sim_node: str | None = None) -> Nvml:
 
         return RealNvml()
     if choice.startswith("sim:") and len(choice) > 4:
+        from kubegpu.nvml.sim import SimNvml
+
         path = Path(choice[4:])
         if path.exists():
             return SimNvml(path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
@@ -225,6 +226,14 @@ class Nvml(ABC):
         raise NotSupported(f"GPU {index}: this backend reports no topology")
 
     # -- lifecycle ------------------------------------------------------------------
+    def state_file(self) -> Path | None:
+        """The file a simulated node's GPU state lives in; None on real hardware.
+
+        Node-wide coordination (the MIG writers' lock) lives beside it, so every process
+        of one simulated node shares it as processes on one real host share /run.
+        """
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the backend (nvmlShutdown on real hardware)."""
 

@@ -1,18 +1,20 @@
 """The simulated NVML backend: a virtual GPU node built from the catalog.
 
-It enforces what the hardware enforces (placements, max counts, overlaps, the +me.all
-rule, instances in use, MIG mode needing a reset on Ampere, prerequisites) and raises the
-same error kinds. Auto-placement (create without a start) follows the driver's observed
-choices: the placement that removes the fewest other possible placements, lowest start
-on ties. That reproduces the MIG guide's known issue: on an A100, creating
-1g,1g,2g,3g in that order fails while 3g,1g,2g,1g works.
+It enforces what the hardware enforces, with the rules of kubegpu.catalog.placement
+(placements, overlaps, max counts, media engines, driver gates) plus instances in use, MIG
+mode needing a reset on Ampere and the display-mode prerequisite, and raises the same error
+kinds. Auto-placement (create without a start) follows the driver's observed choices: the
+placement that removes the fewest other possible placements, lowest start on ties. That
+reproduces the MIG guide's known issue: on an A100, creating 1g,1g,2g,3g in that order fails
+while 3g,1g,2g,1g works.
+
+Only the NVML interface lives here; faults, reboots and other lab controls are in
+kubegpu.nvml.sim.controls.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -21,21 +23,27 @@ from kubegpu.catalog import (
     GpuInstanceProfile,
     GpuModel,
     MigCapability,
-    driver_at_least,
     get_model,
+)
+from kubegpu.catalog.placement import (
+    Occupancy,
+    PlacedInstance,
+    Refusal,
+    addition_problem,
+    instance_mask,
+    mig_driver_problem,
+    offered_profiles,
 )
 from kubegpu.nvml import errors
 from kubegpu.nvml.interface import Nvml
 from kubegpu.nvml.sim import telemetry
+from kubegpu.nvml.sim.access import SimStateAccess, power_cycle
 from kubegpu.nvml.sim.spec import NodeSpec, parse_spec
 from kubegpu.nvml.sim.state import (
-    MAX_EVENTS,
     CiState,
-    EventState,
     GiState,
     GpuState,
     NodeState,
-    ProcState,
     StateFile,
     mig_device_uuid,
 )
@@ -66,7 +74,6 @@ from kubegpu.nvml.types import (
 )
 
 T = TypeVar("T")
-XID_FALLEN_OFF_BUS = 79
 # Simulated topology: models built as NVLink-connected boards (SXM/HGX, NVL bridges,
 # Grace superchips) get this many NVLinks between every pair of GPUs of the same model;
 # PCIe cards are joined only by PCIe. Either way the node has two CPUs, and the first half
@@ -86,26 +93,18 @@ NVLINKS_BY_MODEL = {
 EVENT_POLL_S = 0.02
 
 
-def _mask(start: int, size: int) -> int:
-    return ((1 << size) - 1) << start
+_ERROR_FOR = {
+    Refusal.DRIVER: errors.NotSupported,
+    Refusal.CAPACITY: errors.InsufficientResources,
+    Refusal.PLACEMENT: errors.InvalidArgument,
+}
 
 
-@dataclass(frozen=True)
-class _Placed:
-    start: int
-    profile: GpuInstanceProfile
-
-    @property
-    def mask(self) -> int:
-        return _mask(self.start, self.profile.slices)
-
-
-class SimNvml(Nvml):
-    """NVML over a sim state file. Also offers the controls a lab has: faults, reboot."""
+class SimNvml(SimStateAccess, Nvml):
+    """NVML over a sim state file. The lab's controls are kubegpu.nvml.sim.SimControls."""
 
     def __init__(self, path: Path | str) -> None:
-        self.store = StateFile(Path(path))
-        self.clock: Callable[[], float] = time.time  # telemetry's time; tests may pin it
+        super().__init__(path)
         state = self.store.read()
         self._seen_event = state["event_seq"]
 
@@ -117,26 +116,10 @@ class SimNvml(Nvml):
         store.create(node)
         return cls(path)
 
+    def state_file(self) -> Path:
+        return self.store.path
+
     # -- helpers ------------------------------------------------------------------------
-    def _read(self, fn: Callable[[NodeState], T]) -> T:
-        return fn(self.store.read())
-
-    def _change(self, fn: Callable[[NodeState], T]) -> T:
-        with self.store.transaction() as state:
-            telemetry.fold_energy(state, self.clock())  # load may change below
-            return fn(state)
-
-    @staticmethod
-    def _gpu(state: NodeState, index: int, *, allow_lost: bool = False) -> GpuState:
-        if not isinstance(index, int) or not 0 <= index < len(state["gpus"]):
-            raise errors.InvalidArgument(
-                f"no GPU with index {index} (node has {len(state['gpus'])})"
-            )
-        gpu = state["gpus"][index]
-        if gpu["lost"] and not allow_lost:
-            raise errors.GpuIsLost(f"GPU {index} ({gpu['uuid']}) has fallen off the bus")
-        return gpu
-
     @staticmethod
     def _model(gpu: GpuState) -> GpuModel:
         return get_model(gpu["model"])
@@ -147,11 +130,9 @@ class SimNvml(Nvml):
             raise errors.NotSupported(
                 f"GPU {gpu['index']} ({model.product_name}) does not support MIG"
             )
-        if not driver_at_least(state["driver_version"], model.mig.min_driver):
-            raise errors.NotSupported(
-                f"GPU {gpu['index']} ({model.product_name}): MIG needs driver {model.mig.min_driver} "
-                f"or newer, this node runs {state['driver_version']}"
-            )
+        too_old = mig_driver_problem(model.mig, state["driver_version"])
+        if too_old:
+            raise errors.NotSupported(f"GPU {gpu['index']} ({model.product_name}): {too_old}")
         if need_enabled and not gpu["mig_current"]:
             raise errors.NotSupported(f"GPU {gpu['index']}: MIG mode is not enabled")
         return model.mig
@@ -172,9 +153,10 @@ class SimNvml(Nvml):
                 return gi
         raise errors.NotFound(f"GPU {gpu['index']}: no GPU instance {gi_id}")
 
-    def _placed(self, mig: MigCapability, gpu: GpuState) -> list[_Placed]:
+    def _placed(self, mig: MigCapability, gpu: GpuState) -> list[PlacedInstance]:
         return [
-            _Placed(gi["start"], mig.profile_by_id(gi["profile_id"])) for gi in gpu["gpu_instances"]
+            PlacedInstance(gi["start"], mig.profile_by_id(gi["profile_id"]))
+            for gi in gpu["gpu_instances"]
         ]
 
     # -- system and devices -------------------------------------------------------------
@@ -256,16 +238,9 @@ class SimNvml(Nvml):
             if gpu["processes"]:
                 pids = ", ".join(str(p["pid"]) for p in gpu["processes"])
                 raise errors.InUse(f"GPU {index} cannot be reset: processes {pids} use it")
-            self._power_cycle(gpu)
+            power_cycle(gpu)
 
         self._change(change)
-
-    @staticmethod
-    def _power_cycle(gpu: GpuState) -> None:
-        gpu["mig_current"] = gpu["mig_pending"]
-        gpu["gpu_instances"] = []
-        gpu["processes"] = []
-        gpu["lost"] = False
 
     # -- GPU instances ------------------------------------------------------------------
     def gpu_instance_profiles(self, index: int) -> list[GpuInstanceProfileInfo]:
@@ -287,8 +262,7 @@ class SimNvml(Nvml):
                 ofa_count=p.engines.ofa,
                 memory_size_mib=p.memory_mib,
             )
-            for p in mig.gpu_instance_profiles
-            if not p.min_driver or driver_at_least(state["driver_version"], p.min_driver)
+            for p in offered_profiles(mig, state["driver_version"])
         ]
 
     def gpu_instance_possible_placements(self, index: int, profile_id: int) -> list[Placement]:
@@ -308,7 +282,7 @@ class SimNvml(Nvml):
         while self._why_not(state, mig, placed, profile, None) is None:
             start = self._auto_start(mig, placed, profile)
             assert start is not None
-            placed.append(_Placed(start, profile))
+            placed.append(PlacedInstance(start, profile))
             count += 1
         return count
 
@@ -316,57 +290,37 @@ class SimNvml(Nvml):
         self,
         state: NodeState,
         mig: MigCapability,
-        placed: list[_Placed],
+        placed: list[PlacedInstance],
         profile: GpuInstanceProfile,
         start: int | None,
     ) -> errors.NvmlError | None:
-        """The error creating `profile` at `start` next to `placed` would raise, if any."""
-        if len(placed) >= mig.max_gpu_instances:
-            return errors.InsufficientResources(f"all {mig.max_gpu_instances} GPU instances in use")
-        if sum(1 for pi in placed if pi.profile == profile) >= profile.max_count:
-            return errors.InsufficientResources(
-                f"{profile.name}: max count {profile.max_count} reached"
-            )
-        kinds = [pi.profile for pi in placed]
-        if any(p.all_media_engines for p in kinds) and not profile.no_media_engines:
-            return errors.InsufficientResources(
-                f"an +me.all instance leaves room only for -me profiles, not {profile.name}"
-            )
-        if profile.all_media_engines and any(not p.no_media_engines for p in kinds):
-            return errors.InsufficientResources(
-                f"{profile.name} needs every other instance to be a -me profile"
-            )
-        problems = mig.driver_problems([*kinds, profile], state["driver_version"])
-        if problems:
-            return errors.NotSupported("; ".join(problems))
-        used = 0
-        for pi in placed:
-            used |= pi.mask
-        if start is None:
-            if self._auto_start(mig, placed, profile) is None:
-                return errors.InsufficientResources(f"no free placement for {profile.name}")
-            return None
-        if start not in profile.placements:
-            return errors.InvalidArgument(
-                f"{profile.name} cannot start at {start} (starts: {list(profile.placements)})"
-            )
-        if used & _mask(start, profile.slices):
-            return errors.InsufficientResources(
-                f"{profile.name}@{start}:{profile.slices} overlaps an existing instance"
-            )
+        """The error creating `profile` at `start` (None: where the driver would put it)
+        next to `placed` would raise, if any."""
+        where = start
+        if where is None:
+            where = self._auto_start(mig, placed, profile)
+        problem = addition_problem(
+            mig, Occupancy.of(placed), profile, where, state["driver_version"]
+        )
+        if problem:
+            return _ERROR_FOR[problem.kind](problem.message)
+        if where is None:
+            return errors.InsufficientResources(f"no free placement for {profile.name}")
         return None
 
     @staticmethod
     def _auto_start(
-        mig: MigCapability, placed: list[_Placed], profile: GpuInstanceProfile
+        mig: MigCapability, placed: list[PlacedInstance], profile: GpuInstanceProfile
     ) -> int | None:
         used = 0
         for pi in placed:
             used |= pi.mask
-        all_masks = [_mask(s, p.slices) for p in mig.gpu_instance_profiles for s in p.placements]
+        all_masks = [
+            instance_mask(s, p.slices) for p in mig.gpu_instance_profiles for s in p.placements
+        ]
         best: tuple[int, int] | None = None
         for s in profile.placements:
-            m = _mask(s, profile.slices)
+            m = instance_mask(s, profile.slices)
             if used & m:
                 continue
             damage = sum(1 for other in all_masks if not used & other and other & m)
@@ -471,13 +425,13 @@ class SimNvml(Nvml):
                 )
             used = 0
             for c in gi["compute_instances"]:
-                used |= _mask(c["start"], c["size"])
+                used |= instance_mask(c["start"], c["size"])
             size = cip.compute_slices
             start = next(
                 (
                     s
                     for s in range(0, gip.compute_slices - size + 1, size)
-                    if not used & _mask(s, size)
+                    if not used & instance_mask(s, size)
                 ),
                 None,
             )
@@ -600,107 +554,6 @@ class SimNvml(Nvml):
                 return None
             time.sleep(min(EVENT_POLL_S, left))
 
-    # -- lab controls (simulator only) ----------------------------------------------------
-    @staticmethod
-    def _emit(
-        state: NodeState, gpu: int, kind: EventType, xid: int, gi: int | None, ci: int | None
-    ) -> None:
-        state["event_seq"] += 1
-        state["events"].append(
-            EventState(seq=state["event_seq"], gpu=gpu, type=kind.value, xid=xid, gi=gi, ci=ci)
-        )
-        del state["events"][:-MAX_EVENTS]
-
-    def inject_xid(
-        self, index: int, xid: int, gi: int | None = None, ci: int | None = None
-    ) -> None:
-        def change(state: NodeState) -> None:
-            self._gpu(state, index, allow_lost=True)
-            self._emit(state, index, EventType.XID, xid, gi, ci)
-
-        self._change(change)
-
-    def lose_gpu(self, index: int) -> None:
-        """The GPU falls off the bus: Xid 79, then every call on it raises GpuIsLost."""
-
-        def change(state: NodeState) -> None:
-            gpu = self._gpu(state, index, allow_lost=True)
-            gpu["lost"] = True
-            self._emit(state, index, EventType.GPU_LOST, XID_FALLEN_OFF_BUS, None, None)
-
-        self._change(change)
-
-    def set_display_mode(self, index: int, mode: str) -> None:
-        if mode not in {"graphics", "compute"}:
-            raise errors.InvalidArgument(f"display mode {mode!r} (use graphics or compute)")
-
-        def change(state: NodeState) -> None:
-            gpu = self._gpu(state, index)
-            if gpu["mig_current"] and mode == "graphics":
-                raise errors.InUse(f"GPU {index}: disable MIG before switching to graphics mode")
-            gpu["display_mode"] = mode
-
-        self._change(change)
-
-    def set_driver_version(self, version: str) -> None:
-        def change(state: NodeState) -> None:
-            state["driver_version"] = version
-
-        self._change(change)
-
-    def start_process(
-        self,
-        index: int,
-        pid: int,
-        used_memory_mib: int,
-        *,
-        sm_percent: int = 50,
-        mig_device: str | None = None,
-    ) -> None:
-        """A CUDA process starts on a GPU or on the MIG device with UUID `mig_device`."""
-
-        def change(state: NodeState) -> None:
-            gpu = self._gpu(state, index)
-            gi_id = ci_id = None
-            if mig_device is not None:
-                for gi in gpu["gpu_instances"]:
-                    for c in gi["compute_instances"]:
-                        if c["uuid"] == mig_device:
-                            gi_id, ci_id = gi["id"], c["id"]
-                if gi_id is None:
-                    raise errors.NotFound(f"GPU {index}: no MIG device {mig_device}")
-            gpu["processes"].append(
-                ProcState(
-                    pid=pid,
-                    used_memory_mib=used_memory_mib,
-                    sm_percent=sm_percent,
-                    gi=gi_id,
-                    ci=ci_id,
-                )
-            )
-
-        self._change(change)
-
-    def stop_process(self, index: int, pid: int) -> None:
-        def change(state: NodeState) -> None:
-            gpu = self._gpu(state, index, allow_lost=True)
-            gpu["processes"] = [p for p in gpu["processes"] if p["pid"] != pid]
-
-        self._change(change)
-
-    def reboot(self) -> None:
-        """Node reboot: pending MIG modes take effect; instances, processes and faults clear."""
-
-        def change(state: NodeState) -> None:
-            state["boot_id"] += 1
-            for gpu in state["gpus"]:
-                self._power_cycle(gpu)
-
-        self._change(change)
-
-    def raw_state(self) -> NodeState:
-        return self.store.read()
-
     # -- telemetry ------------------------------------------------------------------------
     # One state read computes everything (kubegpu.nvml.sim.telemetry); the single-value
     # reads pick from it.
@@ -755,14 +608,3 @@ class SimNvml(Nvml):
     def gpu_instance_memory(self, index: int, gpu_instance_id: int) -> MemoryInfo:
         memory = self._instance(index, gpu_instance_id).memory
         return self._need(memory, "GPU-instance memory", index)
-
-    def set_busy(self, devices: Mapping[str, int]) -> None:
-        """The devices (GPU or MIG UUIDs) allocated to pods, and how many allocations hold
-        each; set by the simulated kubelet. A busy device runs a synthetic workload."""
-        marks = {uuid: int(n) for uuid, n in sorted(devices.items()) if n > 0}
-
-        def change(state: NodeState) -> None:
-            state["busy"] = marks
-
-        if self.store.read().get("busy", {}) != marks:
-            self._change(change)
