@@ -32,7 +32,8 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Namespace, Node
 from lightkube.types import PatchType
 
-from kubegpu.kube.crds import ClusterPolicyResource, crd_manifests
+from kubegpu.kube.crds import crd_manifests
+from kubegpu.kube.policy import ClusterPolicyResource
 from kubegpu.operator.controller import FIELD_MANAGER, Operator, OperatorConfig
 from kubegpu.operator.render import HASH_ANNOTATION
 from kubegpu.sim.controlplane import ControlPlane

@@ -8,15 +8,19 @@ and each leaves the cluster as the next expects it, on the package's event loop.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from integration import conftest as integration
 from kubegpu.sim.controlplane import ControlPlane
+from kubegpu.sim.stack import find_chart
 
-from .stack import Stack
+from .stack import NODES, VALUES, E2EStack
 
 
 @pytest.fixture(scope="package")
@@ -28,10 +32,20 @@ def control_plane(
 
 
 @pytest_asyncio.fixture(scope="package", loop_scope="package")
-async def gpu_stack(control_plane: ControlPlane) -> AsyncIterator[Stack]:
-    stack = Stack(control_plane)
+async def gpu_stack(control_plane: ControlPlane) -> AsyncIterator[E2EStack]:
+    workdir = Path(tempfile.mkdtemp(prefix="kg-e2e-", dir="/tmp"))  # short: unix socket paths
+    stack = E2EStack(
+        control_plane,
+        NODES,
+        workdir,
+        chart=find_chart(),
+        values=VALUES,
+        field_manager="kubegpu-e2e",
+        lease_interval_s=5.0,
+    )
     try:
         await stack.up()
         yield stack
     finally:
         await stack.down()
+        shutil.rmtree(workdir, ignore_errors=True)

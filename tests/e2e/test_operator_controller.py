@@ -20,8 +20,9 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRole
 from lightkube.types import PatchType
 
 from integration.helpers import eventually
-from kubegpu.kube.crds import ClusterPolicyResource, crd_manifests
+from kubegpu.kube.crds import crd_manifests
 from kubegpu.kube.informer import Informer
+from kubegpu.kube.policy import ClusterPolicyResource
 from kubegpu.operator.controller import FIELD_MANAGER, Operator, OperatorConfig
 from kubegpu.operator.health import HealthServer
 from kubegpu.sim.controlplane import ControlPlane

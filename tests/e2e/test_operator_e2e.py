@@ -15,9 +15,9 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 
-from kubegpu.kube.crds import ClusterPolicyResource, GPUClusterResource
+from kubegpu.kube.policy import ClusterPolicyResource, GPUClusterResource
 
-from .stack import CPU_NODE, MIG_NODE, NAMESPACE, PLAIN_NODE, POLICY, Stack, wait_for
+from .stack import CPU_NODE, MIG_NODE, NAMESPACE, PLAIN_NODE, POLICY, E2EStack, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="package")]
 
@@ -25,11 +25,11 @@ GPU_NODES = {MIG_NODE, PLAIN_NODE}
 HASH = "nvidia.com/last-applied-hash"
 
 
-async def ready(stack: Stack) -> bool:
+async def ready(stack: E2EStack) -> bool:
     return await stack.policy_state() == "ready"
 
 
-async def test_helm_install_brings_the_stack_up_on_the_gpu_nodes_only(gpu_stack: Stack) -> None:
+async def test_helm_install_brings_the_stack_up_on_the_gpu_nodes_only(gpu_stack: E2EStack) -> None:
     await wait_for(lambda: ready(gpu_stack), timeout=240, what="ClusterPolicy ready")
     assert (await gpu_stack.condition("Ready"))["reason"] == "Reconciled"
     assert (await gpu_stack.policy())["status"]["namespace"] == NAMESPACE
@@ -77,7 +77,9 @@ async def test_helm_install_brings_the_stack_up_on_the_gpu_nodes_only(gpu_stack:
         assert int((await gpu_stack.allocatable(name))["nvidia.com/gpu"]) == 1
 
 
-async def test_relabelling_for_mig_then_switching_strategy_re_advertises(gpu_stack: Stack) -> None:
+async def test_relabelling_for_mig_then_switching_strategy_re_advertises(
+    gpu_stack: E2EStack,
+) -> None:
     await gpu_stack.label(MIG_NODE, {"nvidia.com/mig.config": "all-1g.10gb"})
 
     async def sliced() -> bool:
@@ -129,7 +131,7 @@ async def test_relabelling_for_mig_then_switching_strategy_re_advertises(gpu_sta
     assert (await gpu_stack.allocatable(PLAIN_NODE))["nvidia.com/gpu"] == "1"
 
 
-async def test_disabling_the_driver_removes_its_daemonset(gpu_stack: Stack) -> None:
+async def test_disabling_the_driver_removes_its_daemonset(gpu_stack: E2EStack) -> None:
     await gpu_stack.patch_policy({"driver": {"enabled": False}})
 
     async def gone() -> bool:
@@ -142,11 +144,11 @@ async def test_disabling_the_driver_removes_its_daemonset(gpu_stack: Stack) -> N
     )
 
 
-async def _no_pods(stack: Stack, app: str) -> bool:
+async def _no_pods(stack: E2EStack, app: str) -> bool:
     return not await stack.pods(app=app)
 
 
-async def test_a_node_labelled_operands_false_loses_its_operands(gpu_stack: Stack) -> None:
+async def test_a_node_labelled_operands_false_loses_its_operands(gpu_stack: E2EStack) -> None:
     await gpu_stack.label(PLAIN_NODE, {"nvidia.com/gpu.deploy.operands": "false"})
 
     async def emptied() -> bool:
@@ -172,7 +174,7 @@ async def test_a_node_labelled_operands_false_loses_its_operands(gpu_stack: Stac
     await wait_for(lambda: ready(gpu_stack), timeout=240, what="ready again")
 
 
-async def test_a_second_cluster_policy_is_ignored(gpu_stack: Stack) -> None:
+async def test_a_second_cluster_policy_is_ignored(gpu_stack: E2EStack) -> None:
     await gpu_stack.client.create(
         ClusterPolicyResource(
             metadata=ObjectMeta(name="late-policy"), spec={"mig": {"strategy": "none"}}
@@ -196,7 +198,7 @@ async def test_a_second_cluster_policy_is_ignored(gpu_stack: Stack) -> None:
         await gpu_stack.client.delete(ClusterPolicyResource, "late-policy")
 
 
-async def test_a_gpu_cluster_next_to_a_cluster_policy_is_refused(gpu_stack: Stack) -> None:
+async def test_a_gpu_cluster_next_to_a_cluster_policy_is_refused(gpu_stack: E2EStack) -> None:
     await gpu_stack.client.create(GPUClusterResource(metadata=ObjectMeta(name="dra"), spec={}))
     try:
 
@@ -219,7 +221,7 @@ async def test_a_gpu_cluster_next_to_a_cluster_policy_is_refused(gpu_stack: Stac
 
 
 async def test_the_operator_restarted_mid_reconcile_converges_without_duplicates(
-    gpu_stack: Stack,
+    gpu_stack: E2EStack,
 ) -> None:
     (old,) = await gpu_stack.pods(**{"app.kubernetes.io/name": "kubegpu-operator"})
     await gpu_stack.patch_policy({"gfd": {"env": [{"name": "GFD_SLEEP_INTERVAL", "value": "30s"}]}})
@@ -257,7 +259,7 @@ async def test_the_operator_restarted_mid_reconcile_converges_without_duplicates
     assert metrics.get('kubegpu_operator_api_requests_total{verb="delete"}', 0) == 0
 
 
-async def test_deleting_the_cluster_policy_removes_the_operands(gpu_stack: Stack) -> None:
+async def test_deleting_the_cluster_policy_removes_the_operands(gpu_stack: E2EStack) -> None:
     await gpu_stack.client.delete(ClusterPolicyResource, POLICY)
 
     async def cleaned() -> bool:

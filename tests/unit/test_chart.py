@@ -14,7 +14,8 @@ import yaml
 from typer.main import get_command
 
 from kubegpu.cli.app import app
-from kubegpu.kube.crds import crd_files, parse_policy_spec, unknown_fields
+from kubegpu.kube.crds import crd_files
+from kubegpu.kube.policy import parse_policy_spec, unknown_fields
 from kubegpu.operator.rbac import operand_rbac
 from kubegpu.operator.render import KUBEGPU_COMMANDS
 from kubegpu.operator.states import STATES

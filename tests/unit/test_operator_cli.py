@@ -66,3 +66,25 @@ def test_crds_prints_both_definitions() -> None:
     result = runner.invoke(app, ["operator", "crds"])
     assert result.exit_code == 0
     assert list(yaml.safe_load_all(result.stdout)) == crd_manifests()
+
+
+def test_demo_without_a_chart_says_where_it_looked_before_starting_anything(
+    tmp_path: Path,
+) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("nodes: [{name: gpu-1, gpus: 'l4:1'}]\n")
+    result = runner.invoke(
+        app, ["operator", "demo", "-f", str(cluster), "--chart", str(tmp_path / "no-chart")]
+    )
+    assert result.exit_code == 1
+    assert f"--chart {tmp_path / 'no-chart'}: not a Helm chart" in result.stderr
+
+
+def test_demo_with_a_bad_cluster_file_names_the_field(tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("nodes: [{name: gpu-1, gpus: 'no-such-gpu:1'}]\n")
+    result = runner.invoke(app, ["operator", "demo", "-f", str(cluster)])
+    assert result.exit_code == 1
+    assert str(cluster) in result.stderr
+    assert "gpus" in result.stderr
+    assert "no-such-gpu" in result.stderr

@@ -14,13 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kubegpu.kube.crds import (
-    ClusterPolicySpec,
-    crd_files,
-    crd_manifests,
-    parse_policy_spec,
-    unknown_fields,
-)
+from kubegpu.kube.crds import crd_files, crd_manifests
+from kubegpu.kube.policy import ClusterPolicySpec, parse_policy_spec, unknown_fields
 
 ROOT = Path(__file__).parents[2]
 CHART_CRDS = ROOT / "deploy" / "helm" / "kubegpu" / "crds"

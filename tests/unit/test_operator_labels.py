@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kubegpu.kube.crds import parse_policy_spec
+from kubegpu.kube.policy import parse_policy_spec
 from kubegpu.operator.labels import label_changes, mig_capable, os_tag, relevant_labels
 
 NFD_GPU = {"feature.node.kubernetes.io/pci-10de.present": "true"}

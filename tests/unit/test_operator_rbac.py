@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kubegpu.kube.crds import parse_policy_spec
+from kubegpu.kube.policy import parse_policy_spec
 from kubegpu.operator.rbac import operand_rbac
 from kubegpu.operator.render import ClusterFacts, render
 from kubegpu.operator.states import STATES

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kubegpu.kube.crds import parse_policy_spec
+from kubegpu.kube.policy import parse_policy_spec
 from kubegpu.operator.render import ClusterFacts, render
 from kubegpu.operator.status import (
     GPU_CLUSTER_CONFLICT,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kubegpu.kube.crds import ClusterPolicySpec, parse_policy_spec
+from kubegpu.kube.policy import ClusterPolicySpec, parse_policy_spec
 from kubegpu.operator.render import (
     HASH_ANNOTATION,
     KUBEGPU_COMMANDS,

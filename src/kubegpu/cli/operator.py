@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 import typer
-import yaml
 
+from kubegpu.base.loader import InputError, load_yaml
 from kubegpu.cli.options import fail
-from kubegpu.kube.crds import crd_manifests, parse_policy_spec
+from kubegpu.kube.crds import crd_manifests
+from kubegpu.kube.policy import parse_policy_spec
 from kubegpu.operator.render import (
     DEFAULT_IMAGE,
     DEFAULT_NAMESPACE,
@@ -131,9 +132,9 @@ def render_cmd(
 ) -> None:
     """Print the objects the operator would apply for a ClusterPolicy, in state order."""
     try:
-        doc = yaml.safe_load(file.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        fail(f"{file}: {exc}")
+        doc, _ = load_yaml(file, InputError)
+    except InputError as exc:
+        fail(str(exc))
     if not isinstance(doc, dict) or doc.get("kind") != "ClusterPolicy":
         fail(f"{file}: not a ClusterPolicy")
     spec = parse_policy_spec(doc.get("spec"))
@@ -161,282 +162,35 @@ def crds_cmd() -> None:
 
 
 # -- the demo ------------------------------------------------------------------------------------
-DEMO_CONFIGS = {
-    "default": "version: v1\n",
-    "time-sliced": (
-        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
-        "      - name: nvidia.com/gpu\n        replicas: 4\n"
-    ),
-    "mps": (
-        "version: v1\nflags:\n  mpsRoot: /run/nvidia/mps\nsharing:\n  mps:\n    resources:\n"
-        "      - name: nvidia.com/gpu\n        replicas: 4\n"
-    ),
-}
-DEMO_IMAGE = "nvcr.io/nvidia/cuda:13.0.1-base-ubuntu24.04"  # runs without a process on the sim
-
-
 @app.command("demo")
 def demo_cmd(
     file: Path = typer.Option(
         Path("examples/cluster.yaml"), "--file", "-f", help="The simulated cluster."
+    ),
+    chart: Path | None = typer.Option(
+        None,
+        "--chart",
+        help="The kubegpu Helm chart (default: $KUBEGPU_CHART, else deploy/helm/kubegpu in "
+        "this source checkout).",
     ),
     keep: bool = typer.Option(False, "--keep", help="Leave the cluster running (Ctrl-C stops it)."),
 ) -> None:
     """On a simulated cluster: helm install kubegpu, wait for the ClusterPolicy, cut one node's
     GPUs into MIG slices, time-slice and MPS-share the others, schedule pods on each, and
     show nodes, GPUs, layouts and allocations."""
+    from rich.console import Console
+
     from kubegpu.sim.cluster import ClusterFileError, load_cluster
+    from kubegpu.sim.stack import StackError, demo, find_chart
 
     try:
         spec = load_cluster(file)
-    except ClusterFileError as exc:
+        found = find_chart(chart)
+    except (ClusterFileError, StackError) as exc:
         fail(str(exc))
     logging.basicConfig(level=logging.ERROR)
-    asyncio.run(_demo(spec, keep))
-
-
-def _short(device: str) -> str:
-    """GPU-3c1f...::2 -> GPU-3c1f8a2e::2 (the UUID's first block keeps IDs apart)."""
-    uuid, sep, replica = device.partition("::")
-    return uuid[:12] + sep + replica
-
-
-async def _demo(spec: object, keep: bool, keep_files: bool = False) -> None:
-    import shutil
-    import socket
-    import subprocess
-    import tempfile
-    import time
-    from typing import Any, cast
-
-    from lightkube.resources.core_v1 import Node, Pod
-    from lightkube.types import PatchType
-    from rich.console import Console
-    from rich.table import Table
-
-    from kubegpu.kube.crds import ClusterPolicyResource
-    from kubegpu.nvml import parse_spec
-    from kubegpu.sim.cluster import ClusterSpec, SimCluster
-    from kubegpu.sim.controlplane import find_bin_dir
-
-    assert isinstance(spec, ClusterSpec)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
-    t0 = time.monotonic()
-
-    def step(text: str) -> None:
-        console.print(f"[bold cyan]{time.monotonic() - t0:6.1f}s[/] {text}")
-
-    work = Path(tempfile.mkdtemp(prefix="kubegpu-demo-", dir="/tmp"))
-    cluster = SimCluster(spec, work)
-    step(f"starting the control plane and {len(spec.nodes)} simulated nodes")
-    await cluster.start()
     try:
-        from lightkube import AsyncClient, KubeConfig
-
-        client = AsyncClient(KubeConfig.from_file(cluster.kubeconfig), field_manager="kubegpu-demo")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            health_port = s.getsockname()[1]
-        values = {
-            "operator": {"healthPort": health_port, "resources": None},
-            "dcgmExporter": {
-                "env": [
-                    {"name": "DCGM_EXPORTER_LISTEN", "value": "127.0.0.1:0"},
-                    {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
-                ]
-            },
-            "devicePlugin": {
-                "config": {
-                    "create": True,
-                    "name": "device-plugin-configs",
-                    "default": "default",
-                    "data": DEMO_CONFIGS,
-                }
-            },
-        }
-        values_file = work / "values.yaml"
-        values_file.write_text(yaml.safe_dump(values))
-        chart = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "kubegpu"
-        step(
-            f"helm install kubegpu {chart.relative_to(Path.cwd()) if chart.is_relative_to(Path.cwd()) else chart}"
-        )
-        subprocess.run(
-            [
-                str(find_bin_dir() / "helm"),
-                "install",
-                "kubegpu",
-                str(chart),
-                "--namespace",
-                "gpu-operator",
-                "--create-namespace",
-                "--kubeconfig",
-                str(cluster.kubeconfig),
-                "--values",
-                str(values_file),
-            ],
-            check=True,
-            capture_output=True,
-        )
-
-        async def wait(what: str, check: Any, timeout: float = 300, state: Any = None) -> None:
-            deadline = time.monotonic() + timeout
-            while not await check():
-                if time.monotonic() > deadline:
-                    now = f" ({await state()})" if state else ""
-                    fail(f"{what}: not within {timeout:.0f}s{now}; logs under {work}")
-                await asyncio.sleep(1.0)
-
-        async def policy_ready() -> bool:
-            policy = await client.get(ClusterPolicyResource, "cluster-policy")
-            return bool((policy.get("status") or {}).get("state") == "ready")
-
-        async def allocatable(node: str) -> dict[str, str]:
-            n = await client.get(Node, node)
-            return dict(n.status.allocatable or {}) if n.status else {}
-
-        await wait("ClusterPolicy ready", policy_ready)
-        step("ClusterPolicy cluster-policy is ready: every operand runs on every GPU node")
-
-        # one MIG-capable node gets MIG slices; others are time-sliced or MPS-shared
-        gpu_nodes = [n for n in spec.nodes if n.gpus]
-        models = {
-            n.name: [m for m, count in parse_spec(str(n.gpus)).gpus for _ in range(count)]
-            for n in gpu_nodes
-        }
-        mig_node = next((n.name for n in gpu_nodes if all(m.mig for m in models[n.name])), None)
-        rest = [n.name for n in gpu_nodes if n.name != mig_node]
-        plain = [n for n in rest if not any(m.mig for m in models[n])]
-        shared = {
-            n: ("time-sliced" if n in plain[:1] or (not plain and i == 0) else "mps")
-            for i, n in enumerate(rest)
-        }
-        layouts: dict[str, str] = {}
-        expect: dict[str, int] = {}
-        if mig_node:
-            model = models[mig_node][0]
-            assert model.mig
-            profile = max(
-                (
-                    p
-                    for p in model.mig.gpu_instance_profiles
-                    if p.compute_slices == 1 and p.variant == ""
-                ),
-                key=lambda p: p.max_count,
-            )
-            config = f"all-{profile.name}"
-            layouts[mig_node] = f"MIG {config}"
-            expect[mig_node] = profile.max_count * len(models[mig_node])
-            await client.patch(
-                Node,
-                mig_node,
-                {"metadata": {"labels": {"nvidia.com/mig.config": config}}},
-                patch_type=PatchType.MERGE,
-            )
-            step(f"{mig_node}: labelled nvidia.com/mig.config={config}")
-        for node, how in shared.items():
-            layouts[node] = f"{how}, 4 replicas per GPU"
-            expect[node] = 4 * len(models[node])
-            await client.patch(
-                Node,
-                node,
-                {"metadata": {"labels": {"nvidia.com/device-plugin.config": how}}},
-                patch_type=PatchType.MERGE,
-            )
-            step(f"{node}: labelled nvidia.com/device-plugin.config={how}")
-
-        async def advertised() -> bool:
-            for node, n in expect.items():
-                if (await allocatable(node)).get("nvidia.com/gpu") != str(n):
-                    return False
-            return True
-
-        async def advertised_now() -> str:
-            shown = []
-            for n, c in expect.items():
-                shown.append(
-                    f"{n}: nvidia.com/gpu={(await allocatable(n)).get('nvidia.com/gpu')} (want {c})"
-                )
-            return "; ".join(shown)
-
-        await wait("devices advertised", advertised, timeout=120, state=advertised_now)
-        step(
-            "the device plugin advertises: "
-            + ", ".join(f"{n} nvidia.com/gpu={c}" for n, c in expect.items())
-        )
-
-        pods: dict[str, list[str]] = {}
-        for node, count in ((n, 3 if n in (mig_node, *plain[:1]) else 2) for n in expect):
-            for i in range(count):
-                name = f"demo-{node}-{i}"
-                pods.setdefault(node, []).append(name)
-                manifest = {
-                    "metadata": {"name": name, "namespace": "default"},
-                    "spec": {
-                        "nodeSelector": {"kubernetes.io/hostname": node},
-                        "containers": [
-                            {
-                                "name": "cuda",
-                                "image": DEMO_IMAGE,
-                                "resources": {"limits": {"nvidia.com/gpu": 1}},
-                            }
-                        ],
-                    },
-                }
-                await client.create(cast(Pod, Pod.from_dict(manifest)))
-
-        async def all_running() -> bool:
-            for names in pods.values():
-                for name in names:
-                    p = await client.get(Pod, name, namespace="default")
-                    if not p.status or p.status.phase != "Running":
-                        return False
-            return True
-
-        await wait("pods running", all_running)
-        step(f"{sum(len(v) for v in pods.values())} pods scheduled by kube-scheduler and running")
-
-        table = Table(title="kubegpu on a simulated cluster")
-        for column in ("node", "GPUs", "layout", "advertised", "allocations"):
-            table.add_column(column)
-        for n in spec.nodes:
-            sim = cluster.node(n.name)
-            gpus = "-"
-            if n.gpus:
-                counted: dict[str, int] = {}
-                for m in models[n.name]:
-                    counted[m.product_name] = counted.get(m.product_name, 0) + 1
-                gpus = ", ".join(f"{c}x {name}" for name, c in counted.items())
-            adv = {
-                k: v for k, v in (await allocatable(n.name)).items() if k.startswith("nvidia.com/")
-            }
-            uids = {}
-            for names in pods.values():
-                for name in names:
-                    p = await client.get(Pod, name, namespace="default")
-                    if p.metadata and p.metadata.uid:
-                        uids[p.metadata.uid] = name
-            allocs = [
-                f"{uids[uid].removeprefix('demo-')} -> "
-                + ", ".join(_short(d) for ds in a.devices.values() for d in ds)
-                for (uid, _), a in sorted(
-                    sim.devices.allocations.items(), key=lambda kv: uids.get(kv[0][0], "")
-                )
-                if uid in uids
-            ]
-            table.add_row(
-                n.name,
-                gpus,
-                layouts.get(n.name, "whole GPUs" if n.gpus else "no GPU"),
-                "\n".join(f"{k}: {v}" for k, v in sorted(adv.items())) or "-",
-                "\n".join(allocs) or "-",
-            )
-        console.print(table)
-        await client.close()
-        if keep:
-            console.print(f"KUBECONFIG={cluster.kubeconfig}  (Ctrl-C stops the cluster)")
-            await asyncio.Event().wait()
-    finally:
-        step("stopping the simulated cluster")
-        await cluster.stop()
-        if not keep_files:
-            shutil.rmtree(work, ignore_errors=True)
+        asyncio.run(demo(spec, found, console, keep=keep))
+    except StackError as exc:
+        fail(str(exc))

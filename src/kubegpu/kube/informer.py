@@ -67,7 +67,6 @@ class Informer:
         self.synced = asyncio.Event()
         self.available = True
         self.last_contact = 0.0
-        self.resource_version: str | None = None
 
     # -- cache access ----------------------------------------------------------------------------
     def get(self, namespace: str, name: str) -> Obj | None:
@@ -138,7 +137,6 @@ class Informer:
         version: str | None = None
         with contextlib.suppress(Exception):  # not set when the server sent no list metadata
             version = listing.resourceVersion
-        self.resource_version = version
         return version or ""
 
     def _replace(self, fresh: dict[Key, Obj]) -> None:
@@ -182,7 +180,6 @@ class Informer:
             with contextlib.suppress(Exception):
                 await stream.aclose()  # type: ignore[attr-defined]
         self.last_contact = time.monotonic()
-        self.resource_version = version
         return version
 
     def _notify(self, op: str, old: Obj | None, new: Obj | None) -> None:

@@ -1,7 +1,13 @@
-"""A client of the kubelet's pod-resources API v1: which pod holds which device."""
+"""The one client of the kubelet's pod-resources API v1: which pod holds which device.
+
+Used by the exporter (pod labels on every scrape, from a thread: a blocking channel kept
+open between scrapes) and the MIG manager (which pods hold a GPU about to change). The
+kubelet's side, for simulated nodes, is kubegpu.sim.podresources.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,40 +23,73 @@ class PodResourcesError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class HeldDevices:
-    """Devices of one resource held by one container of one pod."""
+class HeldDevice:
+    """One device of one resource held by one container of one pod."""
 
     namespace: str
     pod: str
     container: str
     resource: str
-    device_ids: tuple[str, ...]
+    device_id: str
 
     @property
     def pod_ref(self) -> str:
         return f"{self.namespace}/{self.pod}"
 
 
-async def list_held_devices(socket: Path, timeout_s: float = 5.0) -> list[HeldDevices]:
-    """Every device a container on this node holds, as the kubelet reports it."""
-    try:
-        async with grpc.aio.insecure_channel(unix_target(socket)) as channel:
-            stub = pr_grpc.PodResourcesListerStub(channel)
-            reply = await stub.List(pr.ListPodResourcesRequest(), timeout=timeout_s)
-    except grpc.aio.AioRpcError as exc:
-        raise PodResourcesError(f"pod-resources API at {socket}: {exc.details()}") from None
-    out = []
-    for pod in reply.pod_resources:
-        for container in pod.containers:
-            for devices in container.devices:
-                if devices.device_ids:
-                    out.append(
-                        HeldDevices(
-                            pod.namespace,
-                            pod.name,
-                            container.name,
-                            devices.resource_name,
-                            tuple(devices.device_ids),
-                        )
-                    )
-    return out
+class PodResourcesClient:
+    """A blocking client of `v1.PodResourcesLister/List` on the kubelet's unix socket; the
+    channel stays open between calls and is dialled again after a failure.
+
+    `missing_ok`: no socket means no pods hold devices (the exporter on a node without a
+    kubelet) rather than an error."""
+
+    def __init__(self, socket: Path, timeout_s: float = 3.0, *, missing_ok: bool = False) -> None:
+        self.socket = socket
+        self.timeout_s = timeout_s
+        self.missing_ok = missing_ok
+        self._channel: grpc.Channel | None = None
+        self._stub: pr_grpc.PodResourcesListerSyncStub | None = None
+
+    def available(self) -> bool:
+        return self.socket.exists()
+
+    def list(self) -> list[HeldDevice]:
+        """Every device every container on the node holds (PodResourcesError otherwise)."""
+        if self.missing_ok and not self.available():
+            return []
+        if self._stub is None:
+            self._channel = grpc.insecure_channel(unix_target(self.socket.absolute()))
+            self._stub = pr_grpc.PodResourcesListerSyncStub(self._channel)
+        try:
+            reply = self._stub.List(pr.ListPodResourcesRequest(), timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            self.close()  # dial again next time: the kubelet may have restarted
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            raise PodResourcesError(f"pod-resources API at {self.socket}: {details}") from None
+        return [
+            HeldDevice(pod.namespace, pod.name, c.name, d.resource_name, device_id)
+            for pod in reply.pod_resources
+            for c in pod.containers
+            for d in c.devices
+            for device_id in d.device_ids
+        ]
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = None
+        self._stub = None
+
+
+async def list_held_devices(socket: Path, timeout_s: float = 5.0) -> list[HeldDevice]:
+    """Every device a container on this node holds, asked once (off the event loop)."""
+    client = PodResourcesClient(socket, timeout_s)
+
+    def ask() -> list[HeldDevice]:
+        try:
+            return client.list()
+        finally:
+            client.close()
+
+    return await asyncio.to_thread(ask)

@@ -45,8 +45,8 @@ from lightkube.resources.rbac_authorization_v1 import (
 )
 from lightkube.types import PatchType
 
-from kubegpu.kube.crds import ClusterPolicyResource, GPUClusterResource, parse_policy_spec
 from kubegpu.kube.informer import Informer, key_of
+from kubegpu.kube.policy import ClusterPolicyResource, GPUClusterResource, parse_policy_spec
 from kubegpu.operator import labels as node_labels
 from kubegpu.operator import status as st
 from kubegpu.operator.render import (
@@ -204,8 +204,6 @@ class Operator:
         self._psa_done: tuple[str, int] | None = None
         self.reconciles = 0
         self.last_outcome: st.Outcome | None = None
-        self.last_rendered: Rendered | None = None
-        self.loop_alive = 0.0
 
     # -- change filters (informer callbacks) -------------------------------------------------------
     def trigger(self) -> None:
@@ -314,7 +312,6 @@ class Operator:
             else:
                 if not self._dirty.is_set():
                     self._dirty_since = None
-            self.loop_alive = time.monotonic()
 
     async def reconcile_once(self) -> None:
         self.reconciles += 1
@@ -347,7 +344,6 @@ class Operator:
             self._psa_done = (active["metadata"]["uid"], generation)
         facts = self._facts(active)
         rendered = render(spec, facts)
-        self.last_rendered = rendered
         apply_errors: list[str] = []
         if not rendered.problems:
             apply_errors = await self._apply(rendered)

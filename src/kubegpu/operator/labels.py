@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kubegpu.kube.crds import ClusterPolicySpec
+from kubegpu.catalog import nvidia
+from kubegpu.kube.policy import ClusterPolicySpec
 from kubegpu.operator.states import ALL_OPERANDS, MIG_MANAGER, workload_operands
 
 NFD_GPU_LABELS = (
@@ -30,14 +31,14 @@ NFD_GPU_LABELS = (
     "feature.node.kubernetes.io/pci-0300_10de.present",
 )
 NFD_PREFIX = "feature.node.kubernetes.io/"
-GPU_PRESENT = "nvidia.com/gpu.present"
-DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
-DEPLOY_OPERANDS = "nvidia.com/gpu.deploy.operands"
-WORKLOAD_CONFIG = "nvidia.com/gpu.workload.config"
-MIG_CAPABLE = "nvidia.com/mig.capable"
-MIG_CONFIG = "nvidia.com/mig.config"
-GPU_PRODUCT = "nvidia.com/gpu.product"
-VGPU_HOST_DRIVER = "nvidia.com/vgpu.host-driver-version"
+GPU_PRESENT = nvidia.GPU_PRESENT
+DEPLOY_PREFIX = nvidia.DEPLOY_PREFIX
+DEPLOY_OPERANDS = nvidia.DEPLOY_OPERANDS
+WORKLOAD_CONFIG = nvidia.WORKLOAD_CONFIG
+MIG_CAPABLE = nvidia.MIG_CAPABLE
+MIG_CONFIG = nvidia.MIG_CONFIG
+GPU_PRODUCT = nvidia.GPU_PRODUCT
+VGPU_HOST_DRIVER = nvidia.VGPU_HOST_DRIVER
 WORKLOADS = ("container", "vm-passthrough", "vm-vgpu")
 
 # labels whose changes matter to the operator (a node event touching none is ignored)

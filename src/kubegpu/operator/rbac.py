@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubegpu.kube.crds import ClusterPolicySpec
+from kubegpu.kube.policy import ClusterPolicySpec
 
 Rule = dict[str, list[str]]
 

@@ -1,6 +1,7 @@
 """The operator's states, in the order upstream walks them, and when each one is enabled.
 
-Each state owns a set of objects (usually one DaemonSet with its ServiceAccount and RBAC).
+Each state owns a set of objects (usually one DaemonSet with its ServiceAccount and RBAC),
+built by the builder registered on it here (kubegpu.operator.operands).
 Ordering between states is not enforced by the controller: every pass applies all states
 and only aggregates readiness; on the nodes, init containers waiting for the validator's
 ready files enforce driver -> toolkit -> everything else (gpu-operator.md §7).
@@ -11,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kubegpu.kube.crds import ClusterPolicySpec
+from kubegpu.kube.policy import ClusterPolicySpec
+from kubegpu.operator.operands import native, upstream
+from kubegpu.operator.operands.context import Builder
 
 # deploy-label suffixes (nvidia.com/gpu.deploy.<operand>)
 DRIVER = "driver"
@@ -40,6 +43,7 @@ class OperandState:
     daemonset: str | None  # the DaemonSet's name and its pods' `app` label
     deploy_label: str | None  # nvidia.com/gpu.deploy.<deploy_label>=true selects nodes
     enabled: Callable[[ClusterPolicySpec], bool]
+    build: Builder  # the state's desired objects (called only when enabled)
 
 
 def _sandbox(spec: ClusterPolicySpec) -> bool:
@@ -47,56 +51,79 @@ def _sandbox(spec: ClusterPolicySpec) -> bool:
 
 
 STATES: tuple[OperandState, ...] = (
-    OperandState("pre-requisites", None, None, lambda s: not s.cdi.nriPluginEnabled),
-    OperandState("state-operator-metrics", None, None, lambda s: True),
+    OperandState(
+        "pre-requisites",
+        None,
+        None,
+        lambda s: not s.cdi.nriPluginEnabled,
+        upstream.pre_requisites,
+    ),
+    OperandState("state-operator-metrics", None, None, lambda s: True, upstream.operator_metrics),
     OperandState(
         "state-driver",
         "nvidia-driver-daemonset",
         DRIVER,
-        lambda s: s.driver.is_enabled(True) and not s.driver.useNvidiaDriverCRD,
+        lambda s: s.driver_managed,
+        upstream.driver,
     ),
     OperandState(
         "state-container-toolkit",
         "nvidia-container-toolkit-daemonset",
         TOOLKIT,
         lambda s: s.toolkit.is_enabled(True),
+        upstream.toolkit,
     ),
     OperandState(
-        "state-operator-validation", "nvidia-operator-validator", VALIDATOR, lambda s: True
+        "state-operator-validation",
+        "nvidia-operator-validator",
+        VALIDATOR,
+        lambda s: True,
+        native.validator,
     ),
     OperandState(
         "state-device-plugin",
         "nvidia-device-plugin-daemonset",
         DEVICE_PLUGIN,
         lambda s: s.devicePlugin.is_enabled(True),
+        native.device_plugin,
     ),
     OperandState(
         "state-mps-control-daemon",
         "nvidia-device-plugin-mps-control-daemon",
         DEVICE_PLUGIN,
         lambda s: s.devicePlugin.is_enabled(True),
+        native.mps_control_daemon,
     ),
-    OperandState("state-dcgm", "nvidia-dcgm", DCGM, lambda s: s.dcgm.is_enabled(True)),
+    OperandState(
+        "state-dcgm", "nvidia-dcgm", DCGM, lambda s: s.dcgm.is_enabled(True), upstream.dcgm
+    ),
     OperandState(
         "state-dcgm-exporter",
         "nvidia-dcgm-exporter",
         DCGM_EXPORTER,
         lambda s: s.dcgmExporter.is_enabled(True),
+        native.dcgm_exporter,
     ),
     OperandState(
-        "gpu-feature-discovery", "gpu-feature-discovery", GFD, lambda s: s.gfd.is_enabled(True)
+        "gpu-feature-discovery",
+        "gpu-feature-discovery",
+        GFD,
+        lambda s: s.gfd.is_enabled(True),
+        native.gfd,
     ),
     OperandState(
         "state-mig-manager",
         "nvidia-mig-manager",
         MIG_MANAGER,
         lambda s: s.migManager.is_enabled(True),
+        native.mig_manager,
     ),
     OperandState(
         "state-node-status-exporter",
         "nvidia-node-status-exporter",
         NODE_STATUS_EXPORTER,
         lambda s: s.nodeStatusExporter.is_enabled(False),
+        native.node_status_exporter,
     ),
     OperandState(
         "state-vgpu-manager",
@@ -105,21 +132,28 @@ STATES: tuple[OperandState, ...] = (
         lambda s: (
             _sandbox(s) and s.vgpuManager.is_enabled(False) and not s.driver.useNvidiaDriverCRD
         ),
+        upstream.sandbox_operand("vgpuManager", "nvidia-vgpu-manager-ctr"),
     ),
     OperandState(
         "state-vgpu-device-manager",
         "nvidia-vgpu-device-manager",
         VGPU_DEVICE_MANAGER,
         lambda s: _sandbox(s) and s.vgpuDeviceManager.is_enabled(False),
+        upstream.vgpu_device_manager,
     ),
     OperandState(
-        "state-sandbox-validation", "nvidia-sandbox-validator", SANDBOX_VALIDATOR, _sandbox
+        "state-sandbox-validation",
+        "nvidia-sandbox-validator",
+        SANDBOX_VALIDATOR,
+        _sandbox,
+        native.sandbox_validator,
     ),
     OperandState(
         "state-vfio-manager",
         "nvidia-vfio-manager",
         VFIO_MANAGER,
         lambda s: _sandbox(s) and s.vfioManager.is_enabled(False),
+        upstream.sandbox_operand("vfioManager", "nvidia-vfio-manager"),
     ),
     OperandState(
         "state-sandbox-device-plugin",
@@ -127,6 +161,9 @@ STATES: tuple[OperandState, ...] = (
         SANDBOX_DEVICE_PLUGIN,
         lambda s: (
             _sandbox(s) and s.sandboxDevicePlugin.is_enabled(False) and s.sandbox_mode == "kubevirt"
+        ),
+        upstream.sandbox_operand(
+            "sandboxDevicePlugin", "nvidia-sandbox-device-plugin-ctr", "vfio-pci-ready"
         ),
     ),
     OperandState(
@@ -136,14 +173,24 @@ STATES: tuple[OperandState, ...] = (
         lambda s: (
             _sandbox(s) and s.kataSandboxDevicePlugin.is_enabled(False) and s.sandbox_mode == "kata"
         ),
+        upstream.sandbox_operand(
+            "kataSandboxDevicePlugin", "nvidia-kata-sandbox-device-plugin-ctr", "vfio-pci-ready"
+        ),
     ),
     # deprecated upstream: never enabled
-    OperandState("state-kata-manager", "nvidia-kata-manager", KATA_MANAGER, lambda s: False),
+    OperandState(
+        "state-kata-manager",
+        "nvidia-kata-manager",
+        KATA_MANAGER,
+        lambda s: False,
+        upstream.sandbox_operand("kataManager", "nvidia-kata-manager"),
+    ),
     OperandState(
         "state-cc-manager",
         "nvidia-cc-manager",
         CC_MANAGER,
         lambda s: _sandbox(s) and s.ccManager.is_enabled(False) and s.sandbox_mode == "kata",
+        upstream.sandbox_operand("ccManager", "nvidia-cc-manager"),
     ),
 )
 

@@ -152,12 +152,3 @@ def policy_status(
         "namespace": namespace,
         "conditions": conditions(outcome, previous.get("conditions") or [], now, generation),
     }
-
-
-def ignored_status(namespace: str) -> Obj:
-    return {"state": IGNORED, "namespace": namespace}
-
-
-def same_status(a: Obj | None, b: Obj) -> bool:
-    """Equal apart from nothing: used to skip writing an unchanged status."""
-    return (a or {}) == b

@@ -416,11 +416,6 @@ class ControlPlane:
         """The admin kubeconfig (user ``kubernetes-admin``, group ``system:masters``)."""
         return self.workdir / "admin.kubeconfig"
 
-    @property
-    def ca_path(self) -> Path:
-        """The cluster CA certificate (it signs every serving and client certificate)."""
-        return self.pki_dir / "ca.crt"
-
     def log_path(self, component: str) -> Path:
         """The log file of one component (see :data:`COMPONENTS`)."""
         return self.logs_dir / f"{component}.log"
@@ -555,20 +550,6 @@ class ControlPlane:
             return live
         finally:
             os.close(fd)
-
-    # -- extra credentials -------------------------------------------------------------
-
-    def issue_kubeconfig(self, path: Path, user: str, groups: Sequence[str] = ()) -> Path:
-        """Write a kubeconfig for a client certificate of ``user`` in ``groups``.
-
-        For example a simulated kubelet: ``issue_kubeconfig(p, "system:node:gpu-1",
-        ["system:nodes"])``, which the Node authorizer and NodeRestriction then govern.
-        """
-        if self._ca is None or APISERVER not in self._ports:
-            raise ControlPlaneError("control plane", "not started")
-        cert = self._ca.issue(user, organizations=groups, client=True)
-        self._write_kubeconfig(path, user, cert)
-        return path
 
     # -- internals: files --------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, NodeStatus, Pod
 from lightkube.types import PatchType, on_error_retry
 
-from kubegpu.nvml import SimNvml
+from kubegpu.nvml.sim import SimControls, SimNvml
 from kubegpu.sim.devices import DeviceManager
 from kubegpu.sim.podresources import PodRef, PodResourcesServer
 from kubegpu.sim.pods import NodeContext, PodRunner, cancel_all, kill_pod_processes, now
@@ -81,6 +81,7 @@ class SimNode:
         self.kubeconfig = kubeconfig
         self.boot_id = str(uuid.uuid4())
         self.nvml: SimNvml | None = None
+        self.lab: SimControls | None = None  # faults, reboots, busy devices
         self.client: AsyncClient | None = None
         self.devices = DeviceManager(
             self.root / "var/lib/kubelet/device-plugins", self._capacity_changed
@@ -108,6 +109,7 @@ class SimNode:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.config.gpus:
             self.nvml = SimNvml.create(self.gpu_state, self.config.gpus)
+            self.lab = SimControls.of(self.nvml)
         config = KubeConfig.from_file(self.kubeconfig)
         self.client = AsyncClient(config, field_manager="kubegpu-sim-kubelet")
         context = config.get()
@@ -357,8 +359,8 @@ class SimNode:
         for runner in self.runners.values():
             await runner.stop(0)
         kill_pod_processes(self.root)  # a reboot leaves no process behind
-        if self.nvml is not None:
-            self.nvml.reboot()
+        if self.lab is not None:
+            self.lab.reboot()
         self.boot_id = str(uuid.uuid4())
         await self.devices.restart()
         await self._push_status()
@@ -380,7 +382,7 @@ class SimNode:
     def _allocations_changed(self) -> None:
         """GPUs and MIG devices held by pods run a synthetic load on the simulated GPUs, so
         their telemetry (utilisation, memory, power...) reflects what is allocated."""
-        if self.nvml is None:
+        if self.lab is None:
             return
         held: dict[str, int] = {}
         for allocation in self.devices.allocations.values():
@@ -390,14 +392,14 @@ class SimNode:
                     if uuid.startswith(("GPU-", "MIG-")):
                         held[uuid] = held.get(uuid, 0) + 1
         try:
-            self.nvml.set_busy(held)
+            self.lab.set_busy(held)
         except Exception as exc:  # telemetry only; never fail an admission for it
             log.warning("node %s: cannot mark allocated GPUs busy: %s", self.name, exc)
 
-    def _gpus(self) -> SimNvml:
-        if self.nvml is None:
+    def _gpus(self) -> SimControls:
+        if self.lab is None:
             raise ValueError(f"node {self.name} has no GPUs")
-        return self.nvml
+        return self.lab
 
     def inject_xid(self, gpu: int, xid: int) -> None:
         """An XID error on one GPU, seen by every process that waits for GPU events."""

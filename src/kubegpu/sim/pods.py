@@ -1,16 +1,14 @@
 """Running the pods bound to a simulated node, by kubelet's rules.
 
 Pods whose image is kubegpu's own run their containers as local processes, each in a
-private mount namespace with the pod's volumes (hostPath from the node's root directory,
-ConfigMaps, Secrets, projected service-account tokens) at their mount paths and the pod's
-environment (downward API included). Other pods become Running without a process.
-Restart policy, backoff, container statuses and pod phase follow kubelet.
+private mount namespace with the pod's volumes (`podvolumes`) at their mount paths and the
+pod's environment (`podenv`). Other pods become Running without a process. Restart policy,
+backoff, container statuses and pod phase follow kubelet.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import os
@@ -26,12 +24,20 @@ from typing import Any
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.models.authentication_v1 import TokenRequestSpec
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap, PodStatus, Secret, ServiceAccountToken
+from lightkube.resources.core_v1 import PodStatus
 from lightkube.types import PatchType
 
 from kubegpu.sim.devices import AdmissionError, ContainerAllocation, DeviceManager
+from kubegpu.sim.podenv import ENV_NODE_ROOT, base_env, container_env, field_value
+from kubegpu.sim.podvolumes import (
+    PodObjects,
+    container_mounts,
+    prepare_volume,
+    refreshed,
+    volume_dir,
+    volume_files,
+    write_files,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +45,6 @@ BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
 CONFIG_REFRESH_S = 2.0
 TOKEN_RENEW_S = 1800.0
-ENV_NODE_ROOT = "KUBEGPU_SIM_NODE_ROOT"  # marks every simulated pod process, for cleanup
 Json = dict[str, Any]
 
 
@@ -129,6 +134,9 @@ class PodRunner:
         self._status_lock = asyncio.Lock()
         self._volume_sources: dict[str, Path] = {}
         self._projected_at = time.monotonic()
+        self._objects = PodObjects(
+            node.client, self.namespace, str(spec.get("serviceAccountName") or "default")
+        )
 
     @property
     def container_names(self) -> tuple[str, ...]:
@@ -220,92 +228,12 @@ class PodRunner:
             if wants:
                 self.allocations[c.name] = await self.node.devices.allocate(self.uid, c.name, wants)
 
-    # -- volumes ----------------------------------------------------------------------------
+    # -- volumes and environment ---------------------------------------------------------
     async def _prepare_volumes(self) -> None:
         for vol in self.pod["spec"].get("volumes") or []:
-            self._volume_sources[vol["name"]] = await self._volume(vol)
-
-    async def _volume(self, vol: Json) -> Path:
-        name = str(vol["name"])
-        if "hostPath" in vol:
-            hp = vol["hostPath"]
-            path = self.node.root / str(hp["path"]).lstrip("/")
-            kind = hp.get("type", "")
-            if kind in {"File", "FileOrCreate"}:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.touch(exist_ok=True)
-            elif kind != "Socket" and not path.exists():
-                path.mkdir(parents=True, exist_ok=True)
-            return path
-        target = self.dir / "volumes" / name
-        if "emptyDir" in vol:
-            target.mkdir(parents=True, exist_ok=True)
-            return target
-        files = await self._volume_files(vol)
-        _write_files(target, files)
-        return target
-
-    async def _volume_files(self, vol: Json) -> dict[str, bytes]:
-        if "configMap" in vol:
-            return await self._configmap_files(vol["configMap"])
-        if "secret" in vol:
-            return await self._secret_files(vol["secret"])
-        if "downwardAPI" in vol:
-            return {
-                i["path"]: self._field(i["fieldRef"]["fieldPath"]).encode()
-                for i in vol["downwardAPI"].get("items", [])
-            }
-        if "projected" in vol:
-            out: dict[str, bytes] = {}
-            for src in vol["projected"].get("sources") or []:
-                if "serviceAccountToken" in src:
-                    sat = src["serviceAccountToken"]
-                    out[sat["path"]] = (
-                        await self._token(sat.get("expirationSeconds", 3607))
-                    ).encode()
-                elif "configMap" in src:
-                    out.update(await self._configmap_files(src["configMap"]))
-                elif "secret" in src:
-                    out.update(await self._secret_files(src["secret"]))
-                elif "downwardAPI" in src:
-                    for i in src["downwardAPI"].get("items", []):
-                        out[i["path"]] = self._field(i["fieldRef"]["fieldPath"]).encode()
-            return out
-        raise ValueError(f"volume {vol['name']!r}: kind not supported by the simulated kubelet")
-
-    async def _configmap_files(self, ref: Json) -> dict[str, bytes]:
-        try:
-            cm = await self.node.client.get(ConfigMap, ref["name"], namespace=self.namespace)
-        except ApiError as exc:
-            if exc.status.code == 404 and ref.get("optional"):
-                return {}
-            raise
-        data = {k: v.encode() for k, v in (cm.data or {}).items()}
-        data.update({k: base64.b64decode(v) for k, v in (cm.binaryData or {}).items()})
-        return _select(data, ref.get("items"))
-
-    async def _secret_files(self, ref: Json) -> dict[str, bytes]:
-        name = str(ref.get("secretName") or ref.get("name"))
-        try:
-            secret = await self.node.client.get(Secret, name, namespace=self.namespace)
-        except ApiError as exc:
-            if exc.status.code == 404 and ref.get("optional"):
-                return {}
-            raise
-        data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
-        return _select(data, ref.get("items"))
-
-    async def _token(self, seconds: int) -> str:
-        sa = str(self.pod["spec"].get("serviceAccountName") or "default")
-        request = ServiceAccountToken(
-            metadata=ObjectMeta(),
-            spec=TokenRequestSpec(audiences=[], expirationSeconds=max(600, seconds)),
-        )
-        result = await self.node.client.create(request, sa, namespace=self.namespace)
-        token = result.status.token if result.status else None
-        if not token:
-            raise ValueError(f"no token issued for service account {self.namespace}/{sa}")
-        return str(token)
+            self._volume_sources[vol["name"]] = await prepare_volume(
+                vol, self.node.root, self.dir, self._objects, self._field
+            )
 
     async def _refresh_configmaps(self) -> None:
         """Keep ConfigMap and Secret volumes current, as kubelet's sync loop does."""
@@ -315,109 +243,29 @@ class PodRunner:
             # at half-life, as kubelet does.
             renew_tokens = time.monotonic() - self._projected_at > TOKEN_RENEW_S
             for vol in self.pod["spec"].get("volumes") or []:
-                if not ({"configMap", "secret"} & set(vol)) and not (
-                    "projected" in vol and renew_tokens
-                ):
+                if not refreshed(vol, renew_tokens):
                     continue
                 with contextlib.suppress(ApiError, OSError, ValueError):
-                    files = await self._volume_files(vol)
-                    _write_files(self.dir / "volumes" / vol["name"], files)
+                    files = await volume_files(vol, self._objects, self._field)
+                    write_files(volume_dir(self.dir, vol["name"]), files)
             if renew_tokens:
                 self._projected_at = time.monotonic()
 
-    # -- environment ------------------------------------------------------------------------
     def _field(self, path: str) -> str:
-        meta = self.pod["metadata"]
-        simple: dict[str, str] = {
-            "metadata.name": self.name,
-            "metadata.namespace": self.namespace,
-            "metadata.uid": self.uid,
-            "spec.nodeName": self.node.name,
-            "spec.serviceAccountName": str(self.pod["spec"].get("serviceAccountName", "default")),
-            "status.hostIP": "127.0.0.1",
-            "status.podIP": "127.0.0.1",
-            "status.hostIPs": "127.0.0.1",
-            "status.podIPs": "127.0.0.1",
-        }
-        if path in simple:
-            return simple[path]
-        for prefix, source in (
-            ("metadata.labels", meta.get("labels") or {}),
-            ("metadata.annotations", meta.get("annotations") or {}),
-        ):
-            if path.startswith(prefix + "["):
-                key = path[len(prefix) + 1 : -1].strip("'\"")
-                return str(source.get(key, ""))
-            if path == prefix:
-                return "\n".join(f'{k}="{v}"' for k, v in sorted(source.items()))
-        raise ValueError(f"field path {path!r} is not supported")
+        return field_value(self.pod, self.node.name, path)
 
     async def _env(self, c: ContainerState) -> dict[str, str]:
-        env: dict[str, str] = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": "/root",
-            "HOSTNAME": self.name,
-            "KUBERNETES_SERVICE_HOST": self.node.api_host,
-            "KUBERNETES_SERVICE_PORT": str(self.node.api_port),
-            ENV_NODE_ROOT: str(self.node.root.resolve()),
-            **self.node.extra_env,
-        }
-        for src in c.spec.get("envFrom") or []:
-            prefix = src.get("prefix", "")
-            if "configMapRef" in src:
-                files = await self._configmap_files(
-                    {
-                        "name": src["configMapRef"]["name"],
-                        "optional": src["configMapRef"].get("optional"),
-                    }
-                )
-            else:
-                files = await self._secret_files(
-                    {"name": src["secretRef"]["name"], "optional": src["secretRef"].get("optional")}
-                )
-            env.update({prefix + k: v.decode() for k, v in files.items()})
-        for item in c.spec.get("env") or []:
-            if "value" in item or "valueFrom" not in item:
-                env[item["name"]] = _expand(str(item.get("value", "")), env)
-                continue
-            vf = item["valueFrom"]
-            if "fieldRef" in vf:
-                env[item["name"]] = self._field(vf["fieldRef"]["fieldPath"])
-            elif "configMapKeyRef" in vf:
-                ref = vf["configMapKeyRef"]
-                files = await self._configmap_files(
-                    {"name": ref["name"], "optional": ref.get("optional")}
-                )
-                if ref["key"] in files:
-                    env[item["name"]] = files[ref["key"]].decode()
-            elif "secretKeyRef" in vf:
-                ref = vf["secretKeyRef"]
-                files = await self._secret_files(
-                    {"name": ref["name"], "optional": ref.get("optional")}
-                )
-                if ref["key"] in files:
-                    env[item["name"]] = files[ref["key"]].decode()
-            elif "resourceFieldRef" in vf:
-                env[item["name"]] = "0"
-        alloc = self.allocations.get(c.name)
-        if alloc is not None:
-            env.update(alloc.envs)
-        return env
+        base = base_env(
+            self.name, self.node.api_host, self.node.api_port, self.node.root, self.node.extra_env
+        )
+        return await container_env(
+            c.spec, base, self._objects, self._field, self.allocations.get(c.name)
+        )
 
     def _mounts(self, c: ContainerState) -> list[tuple[str, str, bool]]:
-        mounts = []
-        for vm in c.spec.get("volumeMounts") or []:
-            src = self._volume_sources.get(vm["name"])
-            if src is None:
-                raise ValueError(f"container {c.name}: no volume {vm['name']!r}")
-            if vm.get("subPath"):
-                src = src / vm["subPath"]
-            mounts.append((str(src), vm["mountPath"], bool(vm.get("readOnly", False))))
-        alloc = self.allocations.get(c.name)
-        if alloc is not None:
-            for container_path, host_path, ro in alloc.mounts:
-                mounts.append((str(self.node.root / host_path.lstrip("/")), container_path, ro))
-        return mounts
+        return container_mounts(
+            c.spec, self._volume_sources, self.allocations.get(c.name), self.node.root
+        )
 
     def _command(self, c: ContainerState) -> list[str]:
         command = [*(c.spec.get("command") or []), *(c.spec.get("args") or [])]
@@ -639,40 +487,6 @@ def qos_class(spec: Json) -> str:
     if not requests_seen:
         return "BestEffort"
     return "Guaranteed" if guaranteed else "Burstable"
-
-
-def _select(data: dict[str, bytes], items: list[Json] | None) -> dict[str, bytes]:
-    if not items:
-        return data
-    return {i["path"]: data[i["key"]] for i in items if i["key"] in data}
-
-
-def _write_files(target: Path, files: dict[str, bytes]) -> None:
-    """Write a volume's files; each changed file is replaced atomically."""
-    target.mkdir(parents=True, exist_ok=True)
-    for rel, content in files.items():
-        path = target / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists() and path.read_bytes() == content:
-            continue
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(content)
-        os.replace(tmp, path)
-    for existing in target.rglob("*"):
-        if (
-            existing.is_file()
-            and str(existing.relative_to(target)) not in files
-            and not existing.name.startswith(".")
-        ):
-            existing.unlink()
-
-
-def _expand(value: str, env: dict[str, str]) -> str:
-    """Kubernetes $(VAR) expansion in env values, args and commands."""
-    out = value
-    for key, val in env.items():
-        out = out.replace(f"$({key})", val)
-    return out
 
 
 def pod_processes(under: Path) -> list[int]:

@@ -1,0 +1,469 @@
+"""The operator's custom resources as pydantic models: ClusterPolicy and GPUCluster.
+
+`ClusterPolicy` (`nvidia.com/v1`, cluster-scoped) has the field names and meanings of
+NVIDIA's GPU Operator, so a ClusterPolicy written for the upstream operator (its sample, or
+what its Helm chart renders) is accepted unchanged. `GPUCluster` (`nvidia.com/v1alpha1`) is
+the DRA-oriented alternative; a cluster has one or the other.
+
+Attribute names are the wire names (camelCase) on purpose: these models *are* the schema
+(`kubegpu.kube.crds` generates the CRDs from them), and `spec.devicePlugin.config.name`
+reads the same in Python, YAML and kubectl. Parsing is lenient (`extra="ignore"`): the API
+server has already pruned the object to its schema, and an operator that meets a newer CRD
+must not crash on a field it does not know.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from lightkube.generic_resource import create_global_resource
+from pydantic import BaseModel, ConfigDict, Field
+
+from kubegpu.kube import schema
+from kubegpu.kube.schema import FreeForm, ImageName, Int32, Int64, IntOrString, ProbeCount
+
+GROUP = "nvidia.com"
+CLUSTER_POLICY_VERSION = "v1"
+GPU_CLUSTER_VERSION = "v1alpha1"
+
+ClusterPolicyResource = create_global_resource(
+    GROUP, CLUSTER_POLICY_VERSION, "ClusterPolicy", "clusterpolicies"
+)
+GPUClusterResource = create_global_resource(GROUP, GPU_CLUSTER_VERSION, "GPUCluster", "gpuclusters")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+# -- shared pieces ----------------------------------------------------------------------------
+class EnvVar(_Model):
+    """An environment variable for an operand's main container (a plain value only)."""
+
+    name: str
+    value: str = ""
+
+
+class ResourceRequirements(_Model):
+    """Compute resources for every container of an operand."""
+
+    limits: dict[str, IntOrString] | None = None
+    requests: dict[str, IntOrString] | None = None
+
+
+class Toleration(_Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: Int64 | None = None
+
+
+class ImageSpec(_Model):
+    """Where an operand's image comes from: `repository/image:version`, or `image` alone."""
+
+    repository: str | None = Field(None, description="Image repository, e.g. nvcr.io/nvidia.")
+    image: ImageName | None = Field(None, description="Image name.")
+    version: str | None = Field(None, description="Image tag, or a sha256: digest.")
+    imagePullPolicy: str | None = Field(None, description="Always, Never or IfNotPresent.")
+    imagePullSecrets: list[str] | None = Field(None, description="Image pull secret names.")
+
+
+class ComponentSpec(ImageSpec):
+    """Fields every operand shares."""
+
+    enabled: bool | None = Field(None, description="Deploy this operand.")
+    resources: ResourceRequirements | None = None
+    args: list[str] | None = Field(None, description="Replaces the main container's args.")
+    env: list[EnvVar] | None = Field(None, description="Set on the main container.")
+    hostNetwork: bool | None = Field(
+        None, description="Run the operand's pods on the host network."
+    )
+
+    def is_enabled(self, default: bool) -> bool:
+        return default if self.enabled is None else self.enabled
+
+    def env_pairs(self) -> list[tuple[str, str]]:
+        return [(e.name, e.value) for e in self.env or []]
+
+
+class ConfigMapRef(_Model):
+    name: str | None = Field(None, description="ConfigMap name.")
+
+
+class NamedConfig(_Model):
+    name: str | None = Field(None, description="ConfigMap name.")
+    default: str | None = Field(None, description="Config used when a node names none.")
+
+
+class EnvOnly(_Model):
+    env: list[EnvVar] | None = None
+
+
+# -- operator, daemonsets, host paths -------------------------------------------------------------
+class InitContainerSpec(ImageSpec):
+    pass
+
+
+class ServiceMonitorConfig(_Model):
+    enabled: bool | None = Field(None, description="Create a Prometheus ServiceMonitor.")
+    interval: str | None = Field(None, description="Scrape interval, e.g. 15s.")
+    honorLabels: bool | None = None
+    additionalLabels: dict[str, str] | None = None
+    relabelings: list[FreeForm] | None = None
+
+
+class OperatorMetrics(_Model):
+    serviceMonitor: ServiceMonitorConfig | None = None
+
+
+class OperatorSpec(_Model):
+    defaultRuntime: Literal["docker", "crio", "containerd"] | None = Field(
+        None, description="Deprecated: the container runtime is detected."
+    )
+    runtimeClass: str | None = Field(None, description="RuntimeClass for GPU pods (nvidia).")
+    initContainer: InitContainerSpec | None = Field(None, description="Deprecated.")
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    use_ocp_driver_toolkit: bool | None = None
+    metrics: OperatorMetrics | None = None
+
+
+class RollingUpdateSpec(_Model):
+    maxUnavailable: str | None = Field(None, description='Nodes updated at once: "1" or "10%".')
+
+
+class DaemonsetsSpec(_Model):
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = None
+    priorityClassName: str | None = None
+    updateStrategy: Literal["RollingUpdate", "OnDelete"] | None = None
+    rollingUpdate: RollingUpdateSpec | None = None
+    podSecurityContext: FreeForm | None = None
+
+
+class HostPathsSpec(_Model):
+    rootFS: str | None = Field(None, description="The host's root filesystem (chroot-able).")
+    driverInstallDir: str | None = Field(None, description="Where the driver's files are.")
+    kubeletRootDir: str | None = Field(None, description="kubelet's root directory.")
+
+
+# -- driver ----------------------------------------------------------------------------------------
+class ProbeSpec(_Model):
+    initialDelaySeconds: Int32 | None = None
+    timeoutSeconds: ProbeCount | None = None
+    periodSeconds: ProbeCount | None = None
+    successThreshold: ProbeCount | None = None
+    failureThreshold: ProbeCount | None = None
+
+
+class RdmaSpec(_Model):
+    enabled: bool | None = None
+    useHostMofed: bool | None = None
+
+
+class WaitForCompletionSpec(_Model):
+    podSelector: str | None = None
+    timeoutSeconds: Int32 | None = None
+
+
+class PodDeletionSpec(_Model):
+    force: bool | None = None
+    timeoutSeconds: Int32 | None = None
+    deleteEmptyDir: bool | None = None
+
+
+class DrainSpec(_Model):
+    enable: bool | None = None
+    force: bool | None = None
+    podSelector: str | None = None
+    timeoutSeconds: Int32 | None = None
+    deleteEmptyDir: bool | None = None
+
+
+class DriverUpgradePolicySpec(_Model):
+    autoUpgrade: bool | None = None
+    maxParallelUpgrades: Int32 | None = None
+    maxUnavailable: IntOrString | None = None
+    waitForCompletion: WaitForCompletionSpec | None = None
+    podDeletion: PodDeletionSpec | None = None
+    drain: DrainSpec | None = None
+
+
+class DriverManagerSpec(ImageSpec):
+    env: list[EnvVar] | None = None
+
+
+class RepoConfigSpec(_Model):
+    configMapName: str | None = None
+    destinationDir: str | None = None
+
+
+class LicensingConfigSpec(_Model):
+    configMapName: str | None = None
+    secretName: str | None = None
+    nlsEnabled: bool | None = None
+
+
+class VirtualTopologySpec(_Model):
+    config: str | None = None
+
+
+class DriverSpec(ComponentSpec):
+    useNvidiaDriverCRD: bool | None = None
+    usePrecompiled: bool | None = None
+    useOpenKernelModules: bool | None = Field(None, description="Deprecated: kernelModuleType.")
+    kernelModuleType: Literal["auto", "open", "proprietary"] | None = None
+    use_ocp_driver_toolkit: bool | None = None
+    startupProbe: ProbeSpec | None = None
+    livenessProbe: ProbeSpec | None = None
+    readinessProbe: ProbeSpec | None = None
+    rdma: RdmaSpec | None = None
+    upgradePolicy: DriverUpgradePolicySpec | None = None
+    manager: DriverManagerSpec | None = None
+    repoConfig: RepoConfigSpec | None = None
+    certConfig: ConfigMapRef | None = None
+    licensingConfig: LicensingConfigSpec | None = None
+    virtualTopology: VirtualTopologySpec | None = None
+    kernelModuleConfig: ConfigMapRef | None = None
+    secretEnv: str | None = None
+
+
+# -- node operands -----------------------------------------------------------------------------------
+class ToolkitSpec(ComponentSpec):
+    installDir: str | None = Field(None, description="Toolkit install directory on the host.")
+
+
+class MpsSpec(_Model):
+    root: str | None = Field(None, description="MPS root on the host (/run/nvidia/mps).")
+
+
+class DevicePluginSpec(ComponentSpec):
+    config: NamedConfig | None = Field(
+        None, description="ConfigMap of named plugin configs; `default` when a node names none."
+    )
+    mps: MpsSpec | None = None
+
+
+class DCGMSpec(ComponentSpec):
+    hostPort: Int32 | None = Field(None, description="Deprecated.")
+
+
+class ServiceSpec(_Model):
+    type: str | None = None
+    internalTrafficPolicy: str | None = None
+
+
+class HpcJobMappingSpec(_Model):
+    enabled: bool | None = None
+    directory: str | None = None
+
+
+class DCGMExporterSpec(ComponentSpec):
+    config: ConfigMapRef | None = Field(None, description="ConfigMap with dcgm-metrics.csv.")
+    serviceMonitor: ServiceMonitorConfig | None = None
+    service: ServiceSpec | None = None
+    hostPID: bool | None = None
+    hpcJobMapping: HpcJobMappingSpec | None = None
+    enablePodLabels: bool | None = None
+    enablePodUID: bool | None = None
+    podLabelAllowlistRegex: list[str] | None = None
+
+
+class GPUFeatureDiscoverySpec(ComponentSpec):
+    pass
+
+
+class MIGSpec(_Model):
+    strategy: Literal["none", "single", "mixed"] | None = Field(
+        None, description="How the device plugin and GFD expose MIG devices."
+    )
+
+
+class MIGPartedConfigSpec(_Model):
+    name: str | None = Field(None, description="ConfigMap with config.yaml (mig-parted format).")
+    default: Literal["all-disabled", ""] | None = Field(
+        None, description="all-disabled: label MIG-capable nodes with nvidia.com/mig.config."
+    )
+
+
+class MIGManagerSpec(ComponentSpec):
+    config: MIGPartedConfigSpec | None = None
+    gpuClientsConfig: ConfigMapRef | None = None
+
+
+class NodeStatusExporterSpec(ComponentSpec):
+    pass
+
+
+class PSPSpec(_Model):
+    enabled: bool | None = None
+
+
+class PSASpec(_Model):
+    enabled: bool | None = None
+
+
+class ValidatorSpec(ComponentSpec):
+    plugin: EnvOnly | None = None
+    toolkit: EnvOnly | None = None
+    driver: EnvOnly | None = None
+    cuda: EnvOnly | None = None
+    vfioPCI: EnvOnly | None = None
+    vgpuManager: EnvOnly | None = None
+    vgpuDevices: EnvOnly | None = None
+
+
+class GDSSpec(ComponentSpec):
+    pass
+
+
+class GDRCopySpec(ComponentSpec):
+    pass
+
+
+class SandboxWorkloadsSpec(_Model):
+    enabled: bool | None = None
+    defaultWorkload: Literal["container", "vm-passthrough", "vm-vgpu"] | None = None
+    mode: Literal["kubevirt", "kata"] | None = None
+
+
+class VFIOManagerSpec(ComponentSpec):
+    driverManager: DriverManagerSpec | None = None
+
+
+class SandboxDevicePluginSpec(ComponentSpec):
+    pass
+
+
+class KataDevicePluginSpec(ComponentSpec):
+    pass
+
+
+class VGPUManagerSpec(ComponentSpec):
+    driverManager: DriverManagerSpec | None = None
+    kernelModuleConfig: ConfigMapRef | None = None
+
+
+class VGPUDeviceManagerSpec(ComponentSpec):
+    config: NamedConfig | None = None
+
+
+class CDIConfigSpec(_Model):
+    enabled: bool | None = Field(None, description="Make GPUs available to containers via CDI.")
+    default: bool | None = Field(None, description="Deprecated.")
+    nriPluginEnabled: bool | None = None
+
+
+class KataManagerSpec(ComponentSpec):
+    config: FreeForm | None = None
+
+
+class CCManagerSpec(ComponentSpec):
+    defaultMode: Literal["on", "off", "devtools"] | None = None
+
+
+class ClusterPolicySpec(_Model):
+    """What the operator deploys. Every section is optional; absent means the default."""
+
+    operator: OperatorSpec = OperatorSpec()
+    daemonsets: DaemonsetsSpec = DaemonsetsSpec()
+    driver: DriverSpec = DriverSpec()
+    toolkit: ToolkitSpec = ToolkitSpec()
+    devicePlugin: DevicePluginSpec = DevicePluginSpec()
+    dcgmExporter: DCGMExporterSpec = DCGMExporterSpec()
+    dcgm: DCGMSpec = DCGMSpec()
+    nodeStatusExporter: NodeStatusExporterSpec = NodeStatusExporterSpec()
+    gfd: GPUFeatureDiscoverySpec = GPUFeatureDiscoverySpec()
+    mig: MIGSpec = MIGSpec()
+    migManager: MIGManagerSpec = MIGManagerSpec()
+    psp: PSPSpec = PSPSpec()
+    psa: PSASpec = PSASpec()
+    validator: ValidatorSpec = ValidatorSpec()
+    gds: GDSSpec | None = None
+    gdrcopy: GDRCopySpec | None = None
+    sandboxWorkloads: SandboxWorkloadsSpec = SandboxWorkloadsSpec()
+    vfioManager: VFIOManagerSpec = VFIOManagerSpec()
+    sandboxDevicePlugin: SandboxDevicePluginSpec = SandboxDevicePluginSpec()
+    kataSandboxDevicePlugin: KataDevicePluginSpec = KataDevicePluginSpec()
+    vgpuManager: VGPUManagerSpec = VGPUManagerSpec()
+    vgpuDeviceManager: VGPUDeviceManagerSpec = VGPUDeviceManagerSpec()
+    cdi: CDIConfigSpec = CDIConfigSpec()
+    kataManager: KataManagerSpec = KataManagerSpec()
+    ccManager: CCManagerSpec = CCManagerSpec()
+    hostPaths: HostPathsSpec = HostPathsSpec()
+
+    # -- derived settings, with upstream's defaults ------------------------------------------
+    @property
+    def sandbox_enabled(self) -> bool:
+        return bool(self.sandboxWorkloads.enabled)
+
+    @property
+    def sandbox_mode(self) -> str:
+        return self.sandboxWorkloads.mode or "kubevirt"
+
+    @property
+    def default_workload(self) -> str:
+        return self.sandboxWorkloads.defaultWorkload or "container"
+
+    @property
+    def cdi_enabled(self) -> bool:
+        return self.cdi.enabled is not False
+
+    @property
+    def runtime_class(self) -> str:
+        return self.operator.runtimeClass or "nvidia"
+
+    @property
+    def driver_managed(self) -> bool:
+        """The operator runs the driver (enabled, and not left to NVIDIADriver resources)."""
+        return self.driver.is_enabled(True) and not self.driver.useNvidiaDriverCRD
+
+    @property
+    def mig_strategy(self) -> str:
+        """The strategy as written (empty: the device plugin decides, i.e. none)."""
+        return self.mig.strategy or ""
+
+
+class Condition(_Model):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    observedGeneration: Int64 | None = None
+    lastTransitionTime: str
+    reason: str
+    message: str = ""
+
+
+class ClusterPolicyStatus(_Model):
+    state: Literal["ignored", "ready", "notReady"] | None = Field(
+        None, description="ready, notReady, or ignored (not the oldest ClusterPolicy)."
+    )
+    namespace: str | None = Field(None, description="Where the operands run.")
+    conditions: list[Condition] | None = None
+
+
+class GPUClusterSpec(_Model):
+    """The DRA-based alternative to ClusterPolicy; kubegpu's operator only detects it."""
+
+    draDriver: FreeForm | None = None
+    dcgm: FreeForm | None = None
+    dcgmExporter: FreeForm | None = None
+    hostPaths: FreeForm | None = None
+    daemonsets: FreeForm | None = None
+
+
+class GPUClusterStatus(_Model):
+    state: str | None = None
+    conditions: list[Condition] | None = None
+
+
+def parse_policy_spec(spec: dict[str, Any] | None) -> ClusterPolicySpec:
+    """A ClusterPolicy's `.spec` (as the API server returns it) as a typed model."""
+    return ClusterPolicySpec.model_validate(spec or {})
+
+
+def unknown_fields(data: Any) -> list[str]:
+    """Paths in a ClusterPolicy's `.spec` that the schema does not define (the API server
+    would prune them)."""
+    return schema.unknown_fields(data, ClusterPolicySpec)
