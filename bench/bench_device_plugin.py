@@ -29,7 +29,7 @@ import grpc
 
 from kubegpu.kube.kubelet import deviceplugin_v1beta1_pb2 as dp
 from kubegpu.kube.kubelet import deviceplugin_v1beta1_pb2_grpc as dp_grpc
-from kubegpu.nvml import SimNvml
+from kubegpu.nvml.sim import SimControls, SimNvml
 
 SMALL_TARGET_MS = 2.0
 LARGE_TARGET_MS = 5.0
@@ -172,7 +172,7 @@ def _propagation(plugin: _Plugin) -> list[float]:
     out = []
     for i in range(XID_ROUNDS):
         t = time.perf_counter()
-        nvml.inject_xid(i % 8, 48)
+        SimControls.of(nvml).inject_xid(i % 8, 48)
         while True:
             at, sick = updates.get(timeout=10)
             if sick:

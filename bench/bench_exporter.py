@@ -33,7 +33,7 @@ import grpc
 
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
-from kubegpu.nvml import SimNvml
+from kubegpu.nvml.sim import SimControls, SimNvml
 
 GPUS = 8
 PROFILE_1G = 19  # 1g.18gb on H200
@@ -59,7 +59,7 @@ def _node(state: Path) -> tuple[SimNvml, list[str]]:
             gi = node.create_gpu_instance(i, PROFILE_1G)
             node.create_compute_instance(i, gi.id, 0)
     uuids = [d.uuid for i in range(GPUS) for d in node.mig_devices(i)]
-    node.set_busy(dict.fromkeys(uuids[::2], 1))
+    SimControls.of(node).set_busy(dict.fromkeys(uuids[::2], 1))
     return node, uuids[::2]
 
 

@@ -30,7 +30,7 @@ from kubegpu.kube.nodes import watch_node
 from kubegpu.mig.config import parse_config
 from kubegpu.mig.parted import apply_config
 from kubegpu.mig_manager import MIG_CONFIG_LABEL, MIG_STATE_LABEL, MigManager, MigManagerSettings
-from kubegpu.nvml import SimNvml
+from kubegpu.nvml.sim import SimNvml
 from kubegpu.sharing.config import parse_config as parse_plugin_config
 from kubegpu.sharing.labels import SystemFacts, compute_labels
 from kubegpu.sim.controlplane import ControlPlane

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.nvml import SimNvml
+from kubegpu.nvml.sim import SimNvml
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,9 @@ from kubegpu.kube.kubelet import deviceplugin_v1beta1_pb2 as dp
 from kubegpu.kube.kubelet import deviceplugin_v1beta1_pb2_grpc as dp_grpc
 from kubegpu.mig.config import MigConfigEntry
 from kubegpu.mig.parted import apply_config
-from kubegpu.nvml import SimNvml
+from kubegpu.node.runtime import ComponentError
+from kubegpu.nvml import NvmlError
+from kubegpu.nvml.sim import SimControls, SimNvml
 from kubegpu.sharing.health import XidPolicy
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -569,8 +572,8 @@ async def test_an_xid_marks_every_replica_of_its_gpu_and_recovery_restores_them(
     w = watch(start, kubelet.plugin((await kubelet.next_registration()).endpoint))
     assert set((await w.next() or {}).values()) == {"Healthy"}
     u0, u1 = nvml.device(0).uuid, nvml.device(1).uuid
-    nvml.inject_xid(0, 13)  # an application error: ignored
-    nvml.inject_xid(1, 48)  # double-bit ECC: counts
+    SimControls.of(nvml).inject_xid(0, 13)  # an application error: ignored
+    SimControls.of(nvml).inject_xid(1, 48)  # double-bit ECC: counts
     sick = await w.until(lambda d: "Unhealthy" in d.values())
     assert {i for i, h in sick.items() if h == "Unhealthy"} == {f"{u1}::{n}" for n in range(4)}
     assert all(sick[f"{u0}::{n}"] == "Healthy" for n in range(4))
@@ -587,10 +590,10 @@ async def test_a_scoped_xid_marks_only_the_mig_devices_of_its_gpu_instance(start
     w = watch(start, kubelet.plugin((await kubelet.next_registration()).endpoint))
     await w.next()
     target = nvml.mig_devices(0)[2]
-    nvml.inject_xid(0, 94, gi=target.gpu_instance_id, ci=target.compute_instance_id)
+    SimControls.of(nvml).inject_xid(0, 94, gi=target.gpu_instance_id, ci=target.compute_instance_id)
     sick = await w.until(lambda d: "Unhealthy" in d.values())
     assert [i for i, h in sick.items() if h == "Unhealthy"] == [target.uuid]
-    nvml.inject_xid(0, 48)  # unscoped: the whole GPU
+    SimControls.of(nvml).inject_xid(0, 48)  # unscoped: the whole GPU
     sick = await w.until(lambda d: list(d.values()).count("Unhealthy") == 7)
 
 
@@ -598,11 +601,13 @@ async def test_a_lost_gpu_stays_unhealthy_until_nvml_answers_again(start: Start)
     plugin, kubelet, nvml = await start("l4:2", health_recovery_s=0.2)
     w = watch(start, kubelet.plugin((await kubelet.next_registration()).endpoint))
     await w.next()
-    nvml.lose_gpu(1)
+    SimControls.of(nvml).lose_gpu(1)
     sick = await w.until(lambda d: "Unhealthy" in d.values())
-    assert sick[nvml.raw_state()["gpus"][1]["uuid"]] == "Unhealthy"
+    assert sick[SimControls.of(nvml).raw_state()["gpus"][1]["uuid"]] == "Unhealthy"
     await asyncio.sleep(0.6)  # well past the recovery period: NVML still cannot reach it
-    assert plugin.unhealthy() == {"nvidia.com/gpu": {nvml.raw_state()["gpus"][1]["uuid"]}}
+    assert plugin.unhealthy() == {
+        "nvidia.com/gpu": {SimControls.of(nvml).raw_state()["gpus"][1]["uuid"]}
+    }
     nvml.reset(1)  # back on the bus
     await w.until(lambda d: set(d.values()) == {"Healthy"})
 
@@ -612,8 +617,8 @@ async def test_health_checks_can_be_switched_off(start: Start) -> None:
     _, kubelet, nvml = await start("l4:2", xid_policy=policy, health_recovery_s=0)
     w = watch(start, kubelet.plugin((await kubelet.next_registration()).endpoint))
     await w.next()
-    nvml.inject_xid(0, 48)  # off
-    nvml.lose_gpu(1)  # XID 79 forced on
+    SimControls.of(nvml).inject_xid(0, 48)  # off
+    SimControls.of(nvml).lose_gpu(1)  # XID 79 forced on
     sick = await w.until(lambda d: "Unhealthy" in d.values())
     assert list(sick.values()) == ["Healthy", "Unhealthy"]
 
@@ -621,7 +626,7 @@ async def test_health_checks_can_be_switched_off(start: Start) -> None:
 async def test_no_gpus_no_resources(start: Start) -> None:
     plugin, kubelet, nvml = await start("l4:1")
     await kubelet.next_registration()
-    nvml.lose_gpu(0)
+    SimControls.of(nvml).lose_gpu(0)
     plugin.reload()
     await until(lambda: not plugin.counts())
     with contextlib.suppress(TimeoutError):
@@ -751,22 +756,62 @@ async def test_the_mps_daemon_program_records_its_limits_on_a_simulated_node(
             await proc.wait()
 
 
-async def test_the_program_hands_its_options_to_the_runner_intact() -> None:
-    from kubegpu.device_plugin.runner import RunSpec, decode, encode
+async def test_the_programs_flags_become_the_plugins_options() -> None:
+    from kubegpu.device_plugin.runner import DevicePluginFlags, plugin_options
 
-    options = PluginOptions(
+    flags = DevicePluginFlags(
         config_dir=Path("/available-configs"),
         default_config="ts4",
         node_name="n1",
-        overrides={"MIG_STRATEGY": "mixed", "PASS_DEVICE_SPECS": True},
-        kubelet_socket=None,
+        overrides={"MIG_STRATEGY": "mixed", "PASS_DEVICE_SPECS": "true", "MPS_ROOT": None},
+        kubelet_socket=Path("/var/lib/kubelet/device-plugins/kubelet.sock"),
         cdi_root=Path("/var/run/cdi"),
         health_recovery_s=2.5,
         poll_s=0.2,
     )
-    spec = RunSpec(options, nvml="sim:/x.json", kubeconfig="/k", fail_on_init_error=False)
-    back = decode(encode(spec), environ={"DP_DISABLE_HEALTHCHECKS": "48"})
-    assert back.options == PluginOptions(
-        **{**options.__dict__, "xid_policy": XidPolicy.from_env({"DP_DISABLE_HEALTHCHECKS": "48"})}
+    options, fail_on_init = plugin_options(flags, environ={"DP_DISABLE_HEALTHCHECKS": "48"})
+    assert options == PluginOptions(
+        config_dir=Path("/available-configs"),
+        default_config="ts4",
+        node_name="n1",
+        overrides={"MIG_STRATEGY": "mixed", "PASS_DEVICE_SPECS": "true"},
+        plugin_dir=Path("/var/lib/kubelet/device-plugins"),
+        kubelet_socket=Path("/var/lib/kubelet/device-plugins/kubelet.sock"),
+        cdi_root=Path("/var/run/cdi"),
+        health_recovery_s=2.5,
+        xid_policy=XidPolicy.from_env({"DP_DISABLE_HEALTHCHECKS": "48"}),
+        poll_s=0.2,
     )
-    assert (back.nvml, back.kubeconfig, back.fail_on_init_error) == ("sim:/x.json", "/k", False)
+    assert fail_on_init is True
+    _, fail_on_init = plugin_options(
+        DevicePluginFlags(overrides={"FAIL_ON_INIT_ERROR": "false"}), environ={}
+    )
+    assert fail_on_init is False
+
+
+def _no_driver() -> SimNvml:
+    raise NvmlError("libnvidia-ml.so.1: cannot open shared object file")
+
+
+async def test_without_nvml_the_program_refuses_to_start_by_default() -> None:
+    from kubegpu.device_plugin.runner import DevicePluginFlags, DevicePluginProgram
+    from kubegpu.node.gpus import real_backend
+
+    gpus = replace(real_backend(), opener=_no_driver)
+    program = DevicePluginProgram(DevicePluginFlags(), gpus)
+    with pytest.raises(ComponentError, match=r"cannot start NVML: .*cannot open shared object"):
+        await program.run()
+
+
+async def test_without_nvml_and_fail_on_init_error_false_it_waits_until_stopped() -> None:
+    from kubegpu.device_plugin.runner import DevicePluginFlags, DevicePluginProgram
+    from kubegpu.node.gpus import real_backend
+
+    gpus = replace(real_backend(), opener=_no_driver)
+    flags = DevicePluginFlags(overrides={"FAIL_ON_INIT_ERROR": "false"})
+    program = DevicePluginProgram(flags, gpus)
+    running = asyncio.create_task(program.run())
+    await asyncio.sleep(0.1)
+    assert not running.done()  # no devices, but up: as upstream, "waiting indefinitely"
+    program.stop()
+    await asyncio.wait_for(running, 5)

@@ -25,7 +25,7 @@ from prometheus_client.samples import Sample
 from kubegpu.exporter import Exporter, ExporterConfig, parse_counters
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
-from kubegpu.nvml import SimNvml
+from kubegpu.nvml.sim import SimControls, SimNvml
 from kubegpu.nvml.types import DeviceSample
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -275,7 +275,7 @@ async def test_a_mig_gpu_is_reported_per_gpu_instance_only(sim_node: MakeNode) -
 async def test_allocated_devices_show_load_and_idle_ones_do_not(sim_node: MakeNode) -> None:
     mig = mig_node(sim_node)
     node = mig.node
-    node.set_busy({node.device(0).uuid: 1, mig.small: 1})
+    SimControls.of(node).set_busy({node.device(0).uuid: 1, mig.small: 1})
     async with serving(node) as exporter:
         got = await scrape(exporter)
     assert got.value("DCGM_FI_DEV_GPU_UTIL", gpu="0") > 30
@@ -289,7 +289,7 @@ async def test_allocated_devices_show_load_and_idle_ones_do_not(sim_node: MakeNo
     assert got.value("DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID=mig.small_gi) > 0
     assert got.value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gpu="1", GPU_I_ID=mig.big_gi) == 0
     assert got.value("DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID=mig.big_gi) == 0
-    node.set_busy({})
+    SimControls.of(node).set_busy({})
     async with serving(node) as exporter:
         idle = await scrape(exporter)
     assert idle.value("DCGM_FI_DEV_GPU_UTIL", gpu="0") == 0
@@ -298,7 +298,7 @@ async def test_allocated_devices_show_load_and_idle_ones_do_not(sim_node: MakeNo
 
 async def test_processes_drive_utilisation_and_memory(sim_node: MakeNode) -> None:
     node = sim_node("l4:1;seed=procs")
-    node.start_process(0, pid=10, used_memory_mib=4096, sm_percent=65)
+    SimControls.of(node).start_process(0, pid=10, used_memory_mib=4096, sm_percent=65)
     async with serving(node) as exporter:
         got = await scrape(exporter)
     assert got.value("DCGM_FI_DEV_GPU_UTIL") == 65
@@ -406,7 +406,7 @@ async def test_a_lost_gpu_is_left_out_and_marked_while_the_others_are_served(
     node = sim_node("h100-80gb:2;seed=lost")
     async with serving(node) as exporter:
         await scrape(exporter)  # GPU 0 known before it falls off the bus
-        node.lose_gpu(0)
+        SimControls.of(node).lose_gpu(0)
         got = await scrape(exporter)
     dcgm_gpus = {
         s.labels["gpu"] for n, f in got.families.items() if n.startswith("DCGM_") for s in f.samples
@@ -416,7 +416,7 @@ async def test_a_lost_gpu_is_left_out_and_marked_while_the_others_are_served(
     assert down.value == 0
     assert down.labels["err_code"] == "15"
     assert "fallen off the bus" in down.labels["err_msg"]
-    assert down.labels["UUID"] == node.raw_state()["gpus"][0]["uuid"]
+    assert down.labels["UUID"] == SimControls.of(node).raw_state()["gpus"][0]["uuid"]
     assert got.value("kubegpu_exporter_gpu_up", gpu="1") == 1
 
 
@@ -447,8 +447,8 @@ async def test_an_unexpected_failure_on_one_gpu_never_fails_the_scrape(
 async def test_xid_errors_show_the_last_xid_with_its_code_and_name(sim_node: MakeNode) -> None:
     node = sim_node("h100-80gb:2;seed=xid")
     async with serving(node) as exporter:
-        node.inject_xid(1, 31)
-        node.inject_xid(1, 48)
+        SimControls.of(node).inject_xid(1, 31)
+        SimControls.of(node).inject_xid(1, 48)
 
         async def seen() -> Scrape:
             for _ in range(100):
@@ -493,7 +493,7 @@ async def test_readings_are_reused_within_the_collect_interval(sim_node: MakeNod
     node = sim_node("l4:1;seed=interval")
     async with serving(node, collect_interval_s=3600) as exporter:
         first = await scrape(exporter)
-        node.start_process(0, pid=5, used_memory_mib=1000)
+        SimControls.of(node).start_process(0, pid=5, used_memory_mib=1000)
         again = await scrape(exporter)
     assert first.value("DCGM_FI_DEV_FB_USED") == again.value("DCGM_FI_DEV_FB_USED") == 0
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubegpu.nvml import SimNvml
+from kubegpu.nvml.sim import SimControls
 
 KUBEGPU = [sys.executable, "-m", "kubegpu"]
 
@@ -64,7 +64,7 @@ def test_serves_the_sim_node_with_dcgm_flags_and_env_and_exits_on_sigterm(
     )
     try:
         wait_healthy(proc, port)
-        SimNvml(state).start_process(1, pid=9, used_memory_mib=300, sm_percent=20)
+        SimControls(state).start_process(1, pid=9, used_memory_mib=300, sm_percent=20)
         text = fetch(port, "/metrics").decode()
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -13,7 +13,7 @@ from kubegpu.cli import app
 from kubegpu.feature_discovery import FeatureDiscovery, GfdOptions
 from kubegpu.mig.config import parse_config
 from kubegpu.mig.parted import apply_config
-from kubegpu.nvml import SimNvml
+from kubegpu.nvml.sim import SimNvml
 
 runner = CliRunner()
 

@@ -15,7 +15,7 @@ from kubegpu.mig.parted import apply_config
 from kubegpu.mig_manager import cdi
 from kubegpu.mig_manager.layouts import generate_for_node
 from kubegpu.mig_manager.manager import Failed, run_command, summarise
-from kubegpu.nvml import SimNvml
+from kubegpu.nvml.sim import SimNvml
 
 runner = CliRunner()
 

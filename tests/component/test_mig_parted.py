@@ -16,7 +16,8 @@ from kubegpu.mig.parted import (
     generate_config,
     read_node,
 )
-from kubegpu.nvml import SimNvml, errors
+from kubegpu.nvml import errors
+from kubegpu.nvml.sim import SimControls, SimNvml
 
 MakeNode = Callable[[str], SimNvml]
 MIG_MODELS = [m for m in all_models() if m.mig]
@@ -142,7 +143,7 @@ def test_gpus_in_use_are_refused_without_changes(sim_node: MakeNode) -> None:
     apply_config(node, "c", ALL_BALANCED_A100)
     before = export_config(node)
     device = node.mig_devices(1)[0]
-    node.start_process(1, pid=999, used_memory_mib=100, mig_device=device.uuid)
+    SimControls.of(node).start_process(1, pid=999, used_memory_mib=100, mig_device=device.uuid)
     with pytest.raises(
         ApplyError,
         match=r"refusing to change GPUs that are in use; nothing was changed:\nGPU 1: processes 999 are using it",

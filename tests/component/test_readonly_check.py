@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kubegpu.nvml import SimNvml
+from kubegpu.nvml.sim import SimNvml
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "gpu-readonly-check"
 

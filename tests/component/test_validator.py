@@ -12,14 +12,17 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from kubegpu.cli import app
-from kubegpu.nvml import NvmlError, SimNvml
+from kubegpu.node.gpus import GpuBackend, real_backend, sim_backend
+from kubegpu.nvml import NvmlError
+from kubegpu.nvml.sim import SimNvml
 from kubegpu.sharing.allocate import CDI_KIND
 from kubegpu.validator import CheckFailed, ReadyFiles, Validator, ValidatorSettings
 from kubegpu.validator.checks import (
@@ -46,7 +49,12 @@ def validator(node: SimNvml, out: Path, component: str, **kw: object) -> Validat
     settings = ValidatorSettings(
         component=component, output_dir=out, cdi_dirs=(out.parent / "cdi",), **kw
     )  # type: ignore[arg-type]
-    return Validator(settings, lambda: SimNvml(node.store.path))
+    return Validator(settings, sim_backend(node.store.path))
+
+
+def gpus_opened_by(opener: Callable[[], SimNvml]) -> GpuBackend:
+    """Real hardware whose NVML is `opener` (e.g. one that fails as a missing driver does)."""
+    return replace(real_backend(), opener=opener)
 
 
 def write_spec(directory: Path, devices: list[str], kind: str = CDI_KIND) -> Path:
@@ -96,7 +104,7 @@ async def test_a_failed_check_removes_a_stale_ready_file(out: Path) -> None:
     def broken() -> SimNvml:
         raise NvmlError("NVML_ERROR_DRIVER_NOT_LOADED")
 
-    v = Validator(ValidatorSettings(component="driver", output_dir=out), broken)
+    v = Validator(ValidatorSettings(component="driver", output_dir=out), gpus_opened_by(broken))
     with pytest.raises(CheckFailed, match=r"NVML does not answer: .*NVML_ERROR_DRIVER_NOT_LOADED"):
         await v.run()
     assert not files.exists("driver")
@@ -376,4 +384,4 @@ async def test_a_containerized_driver_waits_for_its_container(out: Path) -> None
         component="driver", output_dir=out, driver_root="/run/nvidia/driver"
     )
     with pytest.raises(CheckFailed, match="the driver container is not ready yet"):
-        await Validator(settings, no_driver_yet).run()
+        await Validator(settings, gpus_opened_by(no_driver_yet)).run()

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from kubegpu.exporter import Exporter, ExporterConfig
-from kubegpu.nvml import SimNvml
+from kubegpu.nvml.sim import SimNvml
 from kubegpu.sim.node import SimNode, SimNodeConfig
 
 from .fake_plugin import FakePlugin

@@ -38,7 +38,8 @@ from kubegpu.mig_manager import (
     MigManagerSettings,
 )
 from kubegpu.mig_manager.manager import Failed
-from kubegpu.nvml import MigMode, SimNvml
+from kubegpu.nvml import MigMode
+from kubegpu.nvml.sim import SimNvml
 from kubegpu.sim.node import SimNode, SimNodeConfig
 
 from .fake_plugin import FakePlugin

@@ -24,7 +24,8 @@ from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
-from kubegpu.nvml import SimNvml, errors
+from kubegpu.nvml import errors
+from kubegpu.nvml.sim import SimNvml
 from kubegpu.sim.node import SimNode, SimNodeConfig
 from kubegpu.sim.pods import pod_processes
 

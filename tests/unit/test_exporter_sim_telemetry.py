@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.nvml import SimNvml, errors
+from kubegpu.nvml import errors
+from kubegpu.nvml.sim import SimControls, SimNvml
 from kubegpu.nvml.sim.telemetry import BUCKET_S, FIGURES
 
 T0 = 1_800_000_000.0  # a fixed moment; the clock is pinned so values can be compared
@@ -25,7 +26,7 @@ def test_the_same_seed_and_moment_give_the_same_readings(tmp_path: Path) -> None
     b = pinned(SimNvml.create(tmp_path / "b.json", "h200:2;seed=lab"))
     other = pinned(SimNvml.create(tmp_path / "c.json", "h200:2;seed=elsewhere"))
     for node in (a, b, other):
-        node.set_busy({node.device(1).uuid: 1})
+        SimControls.of(node).set_busy({node.device(1).uuid: 1})
     for index in (0, 1):
         sa, sb = a.sample(index), b.sample(index)
         assert (sa.power_w, sa.gpu_temp_c, sa.utilization, sa.activity) == (
@@ -56,7 +57,7 @@ def test_an_idle_gpu_is_quiet_but_not_frozen(sim_node: MakeNode) -> None:
 def test_an_allocated_gpu_runs_a_plausible_load(sim_node: MakeNode) -> None:
     node = pinned(sim_node("h100-80gb:2;seed=busy"))
     idle, _ = node.sample(0), None
-    node.set_busy({node.device(1).uuid: 1})
+    SimControls.of(node).set_busy({node.device(1).uuid: 1})
     busy = node.sample(1)
     figures = FIGURES["h100-80gb"]
     assert busy.utilization is not None and 32 <= busy.utilization.gpu_percent <= 100
@@ -79,9 +80,9 @@ def test_an_allocated_gpu_runs_a_plausible_load(sim_node: MakeNode) -> None:
 def test_more_pods_sharing_a_gpu_load_it_more(sim_node: MakeNode) -> None:
     node = pinned(sim_node("l40s:1;seed=shared"))
     uuid = node.device(0).uuid
-    node.set_busy({uuid: 1})
+    SimControls.of(node).set_busy({uuid: 1})
     one = node.sample(0)
-    node.set_busy({uuid: 3})
+    SimControls.of(node).set_busy({uuid: 3})
     three = node.sample(0)
     assert one.memory is not None and three.memory is not None
     assert three.memory.used_mib > one.memory.used_mib
@@ -92,7 +93,7 @@ def test_more_pods_sharing_a_gpu_load_it_more(sim_node: MakeNode) -> None:
 
 def test_processes_count_exactly_and_add_to_pod_load(sim_node: MakeNode) -> None:
     node = pinned(sim_node("l4:1;seed=procs"))
-    node.start_process(0, pid=1, used_memory_mib=2048, sm_percent=40)
+    SimControls.of(node).start_process(0, pid=1, used_memory_mib=2048, sm_percent=40)
     s = node.sample(0)
     assert s.utilization is not None and s.utilization.gpu_percent == 40
     assert s.memory is not None and s.memory.used_mib == 2048
@@ -110,7 +111,7 @@ def test_mig_instances_carry_their_own_load(sim_node: MakeNode) -> None:
         node.create_compute_instance(0, gi.id, 0 if profile_id == 19 else 2)
     devices = node.mig_devices(0)
     busy = next(d for d in devices if d.profile == "1g.5gb")
-    node.set_busy({busy.uuid: 1})
+    SimControls.of(node).set_busy({busy.uuid: 1})
     s = node.sample(0)
     assert s.mig_enabled and s.utilization is None  # NVML: no utilisation rates under MIG
     with pytest.raises(errors.NotSupported):
@@ -137,18 +138,18 @@ def test_energy_is_a_counter_that_follows_power(sim_node: MakeNode) -> None:
     node.clock = lambda: T0 + 100
     idle_100s = node.total_energy(0) - start
     assert idle_100s == pytest.approx(figures.idle_power_w * 100 * 1000, rel=0.01)
-    node.set_busy({node.device(0).uuid: 1})  # booked up to now at idle power
+    SimControls.of(node).set_busy({node.device(0).uuid: 1})  # booked up to now at idle power
     node.clock = lambda: T0 + 200
     busy_100s = node.total_energy(0) - start - idle_100s
     assert busy_100s > 3 * idle_100s
-    node.set_busy({})
+    SimControls.of(node).set_busy({})
     node.clock = lambda: T0 + 201
     assert node.total_energy(0) > start + idle_100s + busy_100s  # never goes back
 
 
 def test_a_lost_gpu_reports_nothing(sim_node: MakeNode) -> None:
     node = sim_node("l4:2;seed=lost")
-    node.lose_gpu(1)
+    SimControls.of(node).lose_gpu(1)
     with pytest.raises(errors.GpuIsLost):
         node.sample(1)
     assert node.sample(0).power_w is not None

@@ -2,9 +2,10 @@
 file validates, and each scenario's expected properties hold.
 
 Each file is a planner input plus `description` and `expect`:
-complete, methods, profiles, strategy, sharing, left, no_card, suggests, max_gpus, max_cost,
+complete, methods, profiles, strategy, sharing, left, no_card, suggests, suggestion (workload
+-> text one suggestion contains), max_gpus, max_cost,
 prerequisite (node -> text), reason (a rule id the reporter cites), warning, large.
-Small scenarios run the default solver (exact when small); generated medium and large
+Scenarios 0x-3x run the default solver (or the one their options name); generated medium and large
 fleets run the heuristic, which is what `auto` uses at that size.
 """
 
@@ -62,6 +63,8 @@ def test_scenario(path: Path) -> None:
         assert plan.workload(name).left_reason.startswith("no card in the fleet can serve it")
     for name in expect.get("suggests", []):
         assert plan.workload(name).suggestions, name
+    for name, text in expect.get("suggestion", {}).items():
+        assert any(text in s for s in plan.workload(name).suggestions), plan.workload(name)
     if "max_gpus" in expect:
         assert plan.gpus_used <= expect["max_gpus"]
     if "max_cost" in expect:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.nvml import SimNvml
+from kubegpu.nvml.sim import SimNvml
 from kubegpu.nvml.types import GpuLink, GpuTopology, TopologyLevel
 from kubegpu.sharing.config import parse_config
 from kubegpu.sharing.devices import Device, GpuFacts, MigFacts, advertise, physical_id

@@ -6,28 +6,16 @@ curl -s localhost:9400/metrics
 
 from __future__ import annotations
 
-import asyncio
-import gc
-import logging
-import signal
-import sys
 from pathlib import Path
 
 import typer
 
-from kubegpu.cli.options import NVML_OPTION, SIM_NODE_OPTION, fail, nvml_from
-from kubegpu.exporter import (
-    DEFAULT_ADDRESS,
-    AddressError,
-    CountersError,
-    Exporter,
-    ExporterConfig,
-    load_counters,
-    parse_address,
-)
+from kubegpu.cli.options import NVML_OPTION, SIM_NODE_OPTION
+from kubegpu.exporter import DEFAULT_ADDRESS, ExporterConfig
+from kubegpu.exporter.program import ExporterProgram
 from kubegpu.kube.kubelet import POD_RESOURCES_SOCKET
-
-log = logging.getLogger("kubegpu.exporter")
+from kubegpu.node.gpus import gpu_backend
+from kubegpu.node.runtime import run
 
 
 def exporter(
@@ -92,19 +80,8 @@ def exporter(
     sim_node: str | None = SIM_NODE_OPTION,
 ) -> None:
     """Serve GPU metrics on /metrics (and /health), as NVIDIA's DCGM exporter does."""
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    try:
-        parse_address(address)
-        counters = load_counters(collectors)
-    except (AddressError, CountersError) as exc:
-        fail(str(exc))
     config = ExporterConfig(
         address=address,
-        counters=counters,
         collect_interval_s=collect_interval_ms / 1000,
         kubernetes=kubernetes,
         pod_resources_socket=pod_resources_socket,
@@ -114,26 +91,4 @@ def exporter(
         virtual_gpus=virtual_gpus,
         nvidia_resource_names=tuple(n.strip() for n in resource_names.split(",") if n.strip()),
     )
-    gpus = nvml_from(nvml, sim_node)
-
-    async def main() -> None:
-        server = Exporter(config, gpus)
-        try:
-            await server.start()
-        except OSError as exc:
-            fail(f"cannot listen on {address}: {exc.strerror or exc}")
-        # everything loaded so far lives as long as the process: keep it out of the cyclic
-        # garbage collector's full passes, which would otherwise stall scrapes
-        gc.freeze()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-        await server.stop()
-        log.info("exporter stopped")
-
-    try:
-        asyncio.run(main())
-    finally:
-        gpus.close()
+    raise typer.Exit(run(lambda: ExporterProgram(config, collectors, gpu_backend(nvml, sim_node))))

@@ -7,41 +7,24 @@ checking a node's labels by hand: `kubegpu feature-discovery --oneshot --nvml si
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import typer
-from lightkube import AsyncClient
-from lightkube.core.exceptions import ConfigError as KubeConfigError
 
-from kubegpu.cli.options import NVML_OPTION, SIM_NODE_OPTION, fail
-from kubegpu.feature_discovery import FIELD_MANAGER, DiscoveryError, FeatureDiscovery, GfdOptions
-from kubegpu.kube.nodes import client_from_env
-from kubegpu.nvml import Nvml, open_nvml
+from kubegpu.cli.options import (
+    KUBECONFIG_PATH_OPTION,
+    NVML_OPTION,
+    SIM_NODE_OPTION,
+    fail,
+    kubeconfig_text,
+)
+from kubegpu.feature_discovery import GfdOptions
+from kubegpu.feature_discovery.program import FeatureDiscoveryProgram
+from kubegpu.node.gpus import gpu_backend
+from kubegpu.node.runtime import run
 
 log = logging.getLogger("kubegpu.feature_discovery")
-
-
-def configure_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # one line per API request is noise in a long-running agent's log
-    logging.getLogger("httpx2").setLevel(logging.WARNING)
-
-
-def kube_client(kubeconfig: Path | None, field_manager: str) -> AsyncClient:
-    """In-cluster credentials in a pod, else --kubeconfig / $KUBECONFIG / ~/.kube/config."""
-    try:
-        return client_from_env(field_manager, str(kubeconfig) if kubeconfig else None)
-    except (KubeConfigError, OSError) as exc:
-        fail(f"no Kubernetes credentials: {exc}")
 
 
 def feature_discovery(
@@ -118,16 +101,11 @@ def feature_discovery(
         envvar="GFD_USE_NODE_FEATURE_API",
         help="Accepted for compatibility and ignored: labels go straight to the Node.",
     ),
-    kubeconfig: Path | None = typer.Option(
-        None, "--kubeconfig", help="Outside a pod: the kubeconfig to use."
-    ),
+    kubeconfig: Path | None = KUBECONFIG_PATH_OPTION,
 ) -> None:
     """Compute the GPU labels (nvidia.com/gpu.product, MIG, sharing...) and keep them on the Node."""
-    configure_logging()
     if mig_strategy is not None and mig_strategy not in {"none", "single", "mixed"}:
         fail(f"--mig-strategy {mig_strategy!r}: use none, single or mixed")
-    if use_node_feature_api:
-        log.warning("--use-node-feature-api is ignored: kubegpu labels the Node directly")
     options = GfdOptions(
         node_name=node_name,
         config_file=config_file,
@@ -143,24 +121,11 @@ def feature_discovery(
         sysfs_root=sysfs_root,
     )
 
-    def opener() -> Nvml:
-        return open_nvml(nvml, sim_node)
+    def program() -> FeatureDiscoveryProgram:
+        if use_node_feature_api:
+            log.warning("--use-node-feature-api is ignored: kubegpu labels the Node directly")
+        return FeatureDiscoveryProgram(
+            options, gpu_backend(nvml, sim_node), kubeconfig_text(kubeconfig)
+        )
 
-    try:
-        asyncio.run(_run(options, opener, kubeconfig))
-    except DiscoveryError as exc:
-        fail(str(exc))
-
-
-async def _run(options: GfdOptions, opener: Callable[[], Nvml], kubeconfig: Path | None) -> None:
-    client = kube_client(kubeconfig, FIELD_MANAGER) if options.node_name else None
-    gfd = FeatureDiscovery(options, opener, client)
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, gfd.stop)
-    loop.add_signal_handler(signal.SIGINT, gfd.stop)
-    loop.add_signal_handler(signal.SIGHUP, gfd.trigger)
-    try:
-        await gfd.run()
-    finally:
-        if client is not None:
-            await client.close()
+    raise typer.Exit(run(program))

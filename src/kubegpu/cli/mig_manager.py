@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import shlex
-import signal
 from pathlib import Path
 
 import typer
 
-from kubegpu.cli.feature_discovery import configure_logging, kube_client
-from kubegpu.cli.options import NVML_OPTION, SIM_NODE_OPTION, fail, nvml_from
-from kubegpu.mig_manager import DEFAULT_OPERANDS, MigManager, MigManagerSettings
-from kubegpu.mig_manager.settings import FIELD_MANAGER
-from kubegpu.nvml import Nvml
+from kubegpu.cli.options import (
+    KUBECONFIG_PATH_OPTION,
+    NVML_OPTION,
+    SIM_NODE_OPTION,
+    fail,
+    kubeconfig_text,
+)
+from kubegpu.mig_manager import DEFAULT_OPERANDS, MigManagerSettings
+from kubegpu.mig_manager.program import MigManagerProgram
+from kubegpu.node.gpus import gpu_backend
+from kubegpu.node.runtime import run
 
 log = logging.getLogger("kubegpu.mig_manager")
 
@@ -105,21 +109,13 @@ def mig_manager(
     gpu_clients_file: str | None = typer.Option(
         None, "--gpu-clients-file", envvar="GPU_CLIENTS_FILE", help="Accepted and ignored."
     ),
-    kubeconfig: Path | None = typer.Option(
-        None, "--kubeconfig", help="Outside a pod: the kubeconfig to use."
-    ),
+    kubeconfig: Path | None = KUBECONFIG_PATH_OPTION,
 ) -> None:
     """Apply the MIG layout named by the node's nvidia.com/mig.config label, safely."""
-    configure_logging()
     if busy_gpus not in {"refuse", "proceed"}:
         fail(f"--busy-gpus {busy_gpus!r}: use refuse or proceed")
     if config_file is not None and config_map is not None:
         fail("give --config-file or --config-map, not both")
-    if with_shutdown_host_gpu_clients or gpu_clients_file:
-        log.warning(
-            "WITH_SHUTDOWN_HOST_GPU_CLIENTS / GPU_CLIENTS_FILE are ignored: kubegpu pauses "
-            "GPU clients only through their nvidia.com/gpu.deploy.* labels, never host services"
-        )
     command = tuple(shlex.split(reboot_command))
     if with_reboot and not command:
         fail("--with-reboot needs a --reboot-command")
@@ -141,20 +137,13 @@ def mig_manager(
         cdi_enabled=cdi_enabled,
         cdi_dir=cdi_dir,
     )
-    gpus = nvml_from(nvml, sim_node)
-    try:
-        asyncio.run(_run(settings, gpus, kubeconfig))
-    finally:
-        gpus.close()
 
+    def program() -> MigManagerProgram:
+        if with_shutdown_host_gpu_clients or gpu_clients_file:
+            log.warning(
+                "WITH_SHUTDOWN_HOST_GPU_CLIENTS / GPU_CLIENTS_FILE are ignored: kubegpu pauses "
+                "GPU clients only through their nvidia.com/gpu.deploy.* labels, never host services"
+            )
+        return MigManagerProgram(settings, gpu_backend(nvml, sim_node), kubeconfig_text(kubeconfig))
 
-async def _run(settings: MigManagerSettings, gpus: Nvml, kubeconfig: Path | None) -> None:
-    client = kube_client(kubeconfig, FIELD_MANAGER)
-    manager = MigManager(settings, client, gpus)
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, manager.stop)
-    loop.add_signal_handler(signal.SIGINT, manager.stop)
-    try:
-        await manager.run()
-    finally:
-        await client.close()
+    raise typer.Exit(run(program))

@@ -1,15 +1,14 @@
-"""Options shared by every command that touches GPUs, and error printing."""
+"""Options shared by the commands, and error printing. The only module the sub-commands
+share: a sub-command never imports another."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NoReturn
 
 import typer
-from rich.console import Console
 
 from kubegpu.nvml import ENV_NVML, ENV_SIM_NODE, BackendError, Nvml, NvmlError, open_nvml
-
-err_console = Console(stderr=True, highlight=False)
 
 NVML_OPTION = typer.Option(
     None,
@@ -23,12 +22,55 @@ SIM_NODE_OPTION = typer.Option(
     envvar=ENV_SIM_NODE,
     help="With --nvml sim:FILE, create FILE on first use with these GPUs, e.g. 'h200-nvl:8'.",
 )
+LOG_LEVEL_OPTION = typer.Option(
+    "info", "--log-level", envvar="LOG_LEVEL", help="debug, info, warning or error."
+)
+KUBECONFIG_PATH_OPTION = typer.Option(
+    None, "--kubeconfig", help="Outside a pod: the kubeconfig to use."
+)
+
+# the device plugin's config options, shared with the MPS control daemon
+CONFIG_FILE_OPTION = typer.Option(
+    None,
+    "--config-file",
+    envvar="CONFIG_FILE",
+    help="The device plugin config file (YAML or JSON).",
+)
+CONFIG_DIR_OPTION = typer.Option(
+    None,
+    "--config-dir",
+    envvar=["CONFIG_DIR", "CONFIG_FILE_SRCDIR"],
+    help="A directory of named configs (a mounted ConfigMap); the node label "
+    "nvidia.com/device-plugin.config picks one. Takes the place of --config-file.",
+)
+DEFAULT_CONFIG_OPTION = typer.Option(
+    None,
+    "--default-config",
+    envvar="DEFAULT_CONFIG",
+    help="The named config used while the node has no label.",
+)
+NODE_NAME_OPTION = typer.Option(
+    None,
+    "--node-name",
+    envvar="NODE_NAME",
+    help="This node's name: watch its config label and record Node events (needs API access).",
+)
+KUBECONFIG_OPTION = typer.Option(
+    None, "--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig outside a cluster."
+)
+
+
+def kubeconfig_text(path: Path | None) -> str | None:
+    return str(path) if path else None
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print `error: ...` (one line per problem) to stderr and exit non-zero."""
+    from rich.console import Console  # only when there is an error to show
+
+    console = Console(stderr=True, highlight=False)
     for line in message.splitlines() or [""]:
-        err_console.print(f"[red]error:[/red] {line}", markup=True, soft_wrap=True)
+        console.print(f"[red]error:[/red] {line}", markup=True, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -8,49 +8,28 @@ kubegpu validator metrics                      # the node status exporter
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import signal
-import sys
 from pathlib import Path
 
 import typer
 
-from kubegpu.cli.options import NVML_OPTION, SIM_NODE_OPTION, fail
-from kubegpu.nvml import BackendError, Nvml, NvmlError, open_nvml
-from kubegpu.validator import (
-    COMPONENTS,
-    DEFAULT_OUTPUT_DIR,
-    CheckFailed,
-    ReadyFiles,
-    Validator,
-    ValidatorSettings,
+from kubegpu.cli.options import (
+    KUBECONFIG_PATH_OPTION,
+    NVML_OPTION,
+    SIM_NODE_OPTION,
+    kubeconfig_text,
 )
+from kubegpu.node.gpus import gpu_backend
+from kubegpu.node.runtime import run
+from kubegpu.validator import COMPONENTS, DEFAULT_OUTPUT_DIR, ValidatorSettings, program
 
 app = typer.Typer(
     help="Validate a GPU node and write the ready files other operands wait on.",
     no_args_is_help=True,
 )
-log = logging.getLogger("kubegpu.validator")
 
 OUTPUT_DIR = typer.Option(
     DEFAULT_OUTPUT_DIR, "--output-dir", envvar="OUTPUT_DIR", help="Where the ready files are."
 )
-
-
-def _logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-
-
-def _opener(nvml: str | None, sim_node: str | None) -> Nvml:
-    try:
-        return open_nvml(nvml, sim_node)
-    except (BackendError, FileNotFoundError, ValueError) as exc:
-        raise NvmlError(str(exc)) from None
 
 
 @app.command("check")
@@ -95,14 +74,11 @@ def check(
     plugin_timeout: float = typer.Option(
         150.0, "--plugin-timeout", help="Seconds to wait for devices."
     ),
-    kubeconfig: Path | None = typer.Option(
-        None, "--kubeconfig", help="Outside a pod: the kubeconfig."
-    ),
+    kubeconfig: Path | None = KUBECONFIG_PATH_OPTION,
     nvml: str | None = NVML_OPTION,
     sim_node: str | None = SIM_NODE_OPTION,
 ) -> None:
     """Validate one component; write <component>-ready when it passes."""
-    _logging()
     settings = ValidatorSettings(
         component=component,
         output_dir=output_dir,
@@ -120,26 +96,13 @@ def check(
         runtime_class=runtime_class or None,
         plugin_timeout_s=plugin_timeout,
     )
-    if component not in COMPONENTS:
-        fail(f"--component {component!r}: use one of {', '.join(COMPONENTS)}")
-    needs_api = component == "plugin" or (component == "cuda" and with_workload)
-
-    async def main() -> None:
-        client = None
-        if needs_api:
-            from kubegpu.cli.feature_discovery import kube_client
-
-            client = kube_client(kubeconfig, "kubegpu-validator")
-        try:
-            await Validator(settings, lambda: _opener(nvml, sim_node), client).run()
-        finally:
-            if client is not None:
-                await client.close()
-
-    try:
-        asyncio.run(main())
-    except CheckFailed as exc:
-        fail(f"{component}: {exc}")
+    raise typer.Exit(
+        run(
+            lambda: program.check(
+                settings, gpu_backend(nvml, sim_node), kubeconfig_text(kubeconfig)
+            )
+        )
+    )
 
 
 @app.command("wait")
@@ -152,31 +115,14 @@ def wait(
     ),
 ) -> None:
     """Wait until the ready files exist (an operand's init container)."""
-    _logging()
-    log.info("waiting for %s in %s", ", ".join(files), output_dir)
-    if not asyncio.run(ReadyFiles(output_dir).wait(files, interval_s=interval, timeout_s=timeout)):
-        fail(f"{', '.join(files)} not ready after {timeout}s")
-    log.info("%s ready", ", ".join(files))
+    raise typer.Exit(run(lambda: program.wait(output_dir, files, interval, timeout)))
 
 
 @app.command("hold")
 def hold(output_dir: Path = OUTPUT_DIR) -> None:
     """Stay up while the validations hold; on SIGTERM remove every *-ready file (as the
     upstream validator's preStop hook does), so operands wait again for a new validation."""
-    _logging()
-    files = ReadyFiles(output_dir)
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        log.info("all validations are successful: %s", ", ".join(files.present()) or "(none)")
-        await stop.wait()
-
-    asyncio.run(main())
-    removed = files.clear_all()
-    log.info("stopping: removed %s", ", ".join(removed) or "nothing")
+    raise typer.Exit(run(lambda: program.Hold(output_dir)))
 
 
 @app.command("metrics")
@@ -187,29 +133,7 @@ def metrics(
     node_name: str | None = typer.Option(None, "--node-name", envvar="NODE_NAME"),
 ) -> None:
     """Serve the node's validation state on /metrics (the node status exporter)."""
-    _logging()
-    from prometheus_client import CollectorRegistry, start_http_server
-
-    from kubegpu.validator.metrics import ValidationCollector
-
-    registry = CollectorRegistry()
-    registry.register(ValidationCollector(ReadyFiles(output_dir), node_name))
-    try:
-        server, thread = start_http_server(port, addr=address, registry=registry)
-    except OSError as exc:
-        fail(f"cannot listen on {address}:{port}: {exc.strerror or exc}")
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        log.info("node status exporter on %s:%d", address, server.server_port)
-        await stop.wait()
-
-    asyncio.run(main())
-    server.shutdown()
-    thread.join(timeout=5)
+    raise typer.Exit(run(lambda: program.StatusExporter(output_dir, address, port, node_name)))
 
 
 @app.command("workload")
@@ -221,15 +145,10 @@ def workload(
     sim_node: str | None = SIM_NODE_OPTION,
 ) -> None:
     """The workload pods' command: the GPU accepts a workload."""
-    from kubegpu.validator.checks import check_cuda_here
-
-    _logging()
-    if kind not in {"cuda", "plugin"}:
-        fail(f"workload {kind!r}: use cuda or plugin")
-    if kind == "plugin" and (not visible or visible in {"all", "void", "none"}):
-        fail("plugin workload: the device plugin allocated no device to this container")
-    try:
-        result = check_cuda_here(lambda: _opener(nvml, sim_node), visible, container_driver_root)
-    except CheckFailed as exc:
-        fail(str(exc))
-    typer.echo(result.message)
+    raise typer.Exit(
+        run(
+            lambda: program.workload(
+                kind, gpu_backend(nvml, sim_node), visible, container_driver_root
+            )
+        )
+    )

@@ -8,27 +8,25 @@ plugin registers the resource only after that) and `<root>/.ready`. It follows t
 config (file, or named config chosen by the node label) as the plugin, and on a change
 stops the daemons that are no longer wanted before starting the new ones.
 
-Backends: `SystemMps` runs `nvidia-smi` and `nvidia-cuda-mps-control` on a real node;
-`RecordingMps` (simulated nodes) writes what it would set to `<root>/<resource>/limits.json`.
+The backend (`kubegpu.node.mps`: `SystemMps` on a real node, `RecordingMps` on a simulated
+one) comes with the node's GPU backend.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from lightkube import AsyncClient
 
-from kubegpu.device_plugin.nodeconfig import NodeConfig
 from kubegpu.kube.nodes import NORMAL, WARNING
+from kubegpu.node.config import NodeConfig
+from kubegpu.node.mps import LIMITS_FILE, MpsBackend, RecordingMps, SystemMps, commands
 from kubegpu.nvml import Nvml, NvmlError
 from kubegpu.sharing.config import SharingConfigError
 from kubegpu.sharing.config_source import ConfigSource
@@ -41,95 +39,16 @@ log = logging.getLogger(__name__)
 COMPONENT = "kubegpu-mps-control-daemon"
 STARTED = ".started"
 READY = ".ready"
-LIMITS_FILE = "limits.json"
 
-
-def commands(resource: MpsResource) -> list[str]:
-    """What is sent to nvidia-cuda-mps-control for this resource."""
-    out = [
-        f"set_default_device_pinned_mem_limit {limit.gpu} {limit.pinned_memory_mib}M"
-        for limit in resource.limits
-    ]
-    out.append(f"set_default_active_thread_percentage {resource.active_thread_percentage}")
-    return out
-
-
-class MpsBackend(Protocol):
-    def start(self, resource: MpsResource, directory: Path) -> None: ...
-
-    def stop(self, resource: MpsResource, directory: Path) -> None: ...
-
-
-class RecordingMps:
-    """Simulated nodes: record the limits a real daemon would set (`limits.json`)."""
-
-    def start(self, resource: MpsResource, directory: Path) -> None:
-        record = {
-            "resource": resource.resource,
-            "computeMode": "EXCLUSIVE_PROCESS",
-            "pipeDirectory": str(directory / "pipe"),
-            "defaultActiveThreadPercentage": resource.active_thread_percentage,
-            "devices": [
-                {
-                    "index": limit.gpu,
-                    "uuid": limit.uuid,
-                    "replicas": limit.replicas,
-                    "pinnedDeviceMemoryLimitMiB": limit.pinned_memory_mib,
-                    "activeThreadPercentage": limit.active_thread_percentage,
-                }
-                for limit in resource.limits
-            ],
-            "commands": commands(resource),
-        }
-        tmp = directory / f".{LIMITS_FILE}.tmp"
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        os.replace(tmp, directory / LIMITS_FILE)
-
-    def stop(self, resource: MpsResource, directory: Path) -> None:
-        (directory / LIMITS_FILE).unlink(missing_ok=True)
-
-
-class SystemMps:
-    """Real nodes: nvidia-smi for the compute mode, nvidia-cuda-mps-control for the rest."""
-
-    def __init__(self, control: str = "nvidia-cuda-mps-control", smi: str = "nvidia-smi") -> None:
-        self.control = control
-        self.smi = smi
-
-    def _env(self, directory: Path) -> dict[str, str]:
-        return {
-            **os.environ,
-            "CUDA_MPS_PIPE_DIRECTORY": str(directory / "pipe"),
-            "CUDA_MPS_LOG_DIRECTORY": str(directory / "log"),
-        }
-
-    def _send(self, directory: Path, line: str) -> None:
-        subprocess.run(
-            [self.control],
-            input=line + "\n",
-            text=True,
-            env=self._env(directory),
-            check=True,
-            timeout=30,
-        )
-
-    def start(self, resource: MpsResource, directory: Path) -> None:
-        for limit in resource.limits:
-            subprocess.run(
-                [self.smi, "-i", limit.uuid, "-c", "EXCLUSIVE_PROCESS"], check=True, timeout=60
-            )
-        subprocess.run([self.control, "-d"], env=self._env(directory), check=True, timeout=60)
-        for line in commands(resource):
-            self._send(directory, line)
-
-    def stop(self, resource: MpsResource, directory: Path) -> None:
-        with contextlib.suppress(subprocess.SubprocessError, OSError):
-            self._send(directory, "quit")
-        for limit in resource.limits:
-            with contextlib.suppress(subprocess.SubprocessError, OSError):
-                subprocess.run(
-                    [self.smi, "-i", limit.uuid, "-c", "DEFAULT"], check=True, timeout=60
-                )
+__all__ = [
+    "LIMITS_FILE",
+    "MpsBackend",
+    "MpsControlDaemon",
+    "MpsOptions",
+    "RecordingMps",
+    "SystemMps",
+    "commands",
+]
 
 
 @dataclass

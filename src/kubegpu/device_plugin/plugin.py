@@ -34,10 +34,10 @@ from lightkube import AsyncClient
 
 from kubegpu.device_plugin.discovery import NodeFacts, read_node
 from kubegpu.device_plugin.health import EventReader
-from kubegpu.device_plugin.nodeconfig import NodeConfig
 from kubegpu.device_plugin.server import ResourceServer, ResourceState
 from kubegpu.kube.kubelet import DEVICE_PLUGIN_PATH, REGISTRATION_SOCKET
 from kubegpu.kube.nodes import NORMAL, WARNING
+from kubegpu.node.config import NodeConfig
 from kubegpu.nvml import EventType, GpuEvent, Nvml, NvmlError
 from kubegpu.sharing.allocate import settings_for
 from kubegpu.sharing.cdi import SPEC_FILE, cdi_spec

@@ -1,144 +1,175 @@
-"""The device plugin as a program: NVML, API client, signals (`python -m kubegpu.device_plugin`).
-
-`kubegpu device-plugin` checks its flags, then replaces itself (exec) with this runner, so
-the long-running process holds only the plugin's modules and not every command of the CLI.
-The flags travel as one JSON argument (`encode` / `decode`); the environment is inherited.
+"""The device plugin and its MPS control daemon as programs (`kubegpu device-plugin`,
+`kubegpu mps-control-daemon`): the flags made into options, NVML, the API client, and
+clean shutdown. `kubegpu.node.runtime.run()` drives them (signals, exit status).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
-import json
 import logging
 import os
-import signal
-import sys
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
+from kubegpu.device_plugin.mps import MpsControlDaemon, MpsOptions
 from kubegpu.device_plugin.plugin import DevicePlugin, PluginOptions
-from kubegpu.kube.nodes import client_from_env
-from kubegpu.nvml import BackendError, NvmlError, open_nvml
+from kubegpu.kube.kubelet import DEVICE_PLUGIN_PATH
+from kubegpu.node.api import optional_api_client
+from kubegpu.node.gpus import GpuBackend
+from kubegpu.node.overrides import config_overrides
+from kubegpu.node.runtime import ComponentError
+from kubegpu.nvml import NvmlError
+from kubegpu.sharing.config import PluginConfig, SharingConfigError, load_config, with_overrides
 from kubegpu.sharing.health import XidPolicy
 
 log = logging.getLogger("kubegpu.device_plugin")
 
-_PATHS = {"config_file", "config_dir", "plugin_dir", "kubelet_socket", "cdi_root", "driver_root"}
 
+@dataclass(frozen=True)
+class DevicePluginFlags:
+    """The device plugin's flags as given (None: not given). `overrides` holds the config
+    overrides by variable name (MIG_STRATEGY, PASS_DEVICE_SPECS...)."""
 
-@dataclass
-class RunSpec:
-    options: PluginOptions
-    nvml: str | None = None
-    sim_node: str | None = None
+    config_file: Path | None = None
+    config_dir: Path | None = None
+    default_config: str | None = None
+    node_name: str | None = None
     kubeconfig: str | None = None
-    fail_on_init_error: bool = True
-    log_level: str = "info"
+    overrides: Mapping[str, str | None] = field(default_factory=dict)
+    kubelet_socket: Path | None = None  # None: serve without registering
+    plugin_dir: Path | None = None  # default: the kubelet socket's directory
+    cdi_root: Path | None = None
+    health_recovery_s: float = 300.0
+    poll_s: float = 1.0
 
 
-def encode(spec: RunSpec) -> str:
-    opts: dict[str, Any] = {}
-    for f in fields(PluginOptions):
-        if f.name == "xid_policy":
-            continue  # read from DP_DISABLE/ENABLE_HEALTHCHECKS again
-        value = getattr(spec.options, f.name)
-        opts[f.name] = str(value) if isinstance(value, Path) else value
-    opts["overrides"] = dict(spec.options.overrides)
-    return json.dumps(
-        {
-            "options": opts,
-            "nvml": spec.nvml,
-            "sim_node": spec.sim_node,
-            "kubeconfig": spec.kubeconfig,
-            "fail_on_init_error": spec.fail_on_init_error,
-            "log_level": spec.log_level,
-        }
+def fail_on_init_error(config_file: Path | None, overrides: Mapping[str, str]) -> bool:
+    """failOnInitError from the flags over the config file (a bad file counts as absent)."""
+    if config_file is not None:
+        with contextlib.suppress(SharingConfigError):
+            return load_config(config_file, overrides).flags.fail_on_init_error
+    return with_overrides(PluginConfig(), overrides).flags.fail_on_init_error
+
+
+def plugin_options(
+    flags: DevicePluginFlags, environ: Mapping[str, str] | None = None
+) -> tuple[PluginOptions, bool]:
+    """The plugin's options and its failOnInitError; ComponentError for bad flags."""
+    overrides = config_overrides(flags.overrides)
+    config_file = flags.config_file if flags.config_dir is None else None
+    if config_file is not None and not config_file.exists():
+        raise ComponentError(f"--config-file {flags.config_file}: no such file")
+    policy = XidPolicy.from_env(dict(os.environ) if environ is None else environ)
+    socket = flags.kubelet_socket
+    options = PluginOptions(
+        config_file=flags.config_file,
+        config_dir=flags.config_dir,
+        default_config=flags.default_config,
+        node_name=flags.node_name or None,
+        overrides=overrides,
+        plugin_dir=flags.plugin_dir or (socket.parent if socket else Path(DEVICE_PLUGIN_PATH)),
+        kubelet_socket=socket,
+        cdi_root=flags.cdi_root,
+        health_recovery_s=flags.health_recovery_s,
+        xid_policy=policy,
+        poll_s=flags.poll_s,
     )
+    return options, fail_on_init_error(config_file, overrides)
 
 
-def decode(text: str, environ: dict[str, str] | None = None) -> RunSpec:
-    data = json.loads(text)
-    opts: dict[str, Any] = {
-        k: Path(v) if k in _PATHS and v is not None else v for k, v in data["options"].items()
-    }
-    opts["xid_policy"] = XidPolicy.from_env(dict(os.environ) if environ is None else environ)
-    return RunSpec(
-        options=PluginOptions(**opts),
-        nvml=data["nvml"],
-        sim_node=data["sim_node"],
-        kubeconfig=data["kubeconfig"],
-        fail_on_init_error=data["fail_on_init_error"],
-        log_level=data["log_level"],
-    )
+class DevicePluginProgram:
+    """The plugin with its NVML session and API client; SIGHUP reloads the config."""
 
+    def __init__(self, flags: DevicePluginFlags, gpus: GpuBackend) -> None:
+        self.options, self.fail_on_init_error = plugin_options(flags)
+        self.kubeconfig = flags.kubeconfig
+        self.gpus = gpus
+        self.plugin: DevicePlugin | None = None
+        self._stop = asyncio.Event()
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    def stop(self) -> None:
+        self._stop.set()
+        if self.plugin is not None:
+            self.plugin.stop()
 
+    def reload(self) -> None:
+        if self.plugin is not None:
+            self.plugin.reload()
 
-async def serve(spec: RunSpec) -> int:
-    """Run until SIGTERM/SIGINT/SIGQUIT (SIGHUP: reload); the exit status."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        nvml = open_nvml(spec.nvml, spec.sim_node)
-    except (BackendError, NvmlError, FileNotFoundError, ValueError) as exc:
-        if spec.fail_on_init_error:
-            log.error("cannot start NVML: %s", exc)
-            return 1
-        log.warning(
-            "cannot start NVML (%s) and failOnInitError is false: no devices. "
-            "Waiting indefinitely.",
-            exc,
-        )
-        await stop.wait()
-        return 0
-    for bad in spec.options.xid_policy.invalid:
-        log.warning("ignoring %s: not an XID", bad)
-    client = None
-    if spec.options.node_name:
+    async def run(self) -> None:
+        for bad in self.options.xid_policy.invalid:
+            log.warning("ignoring %s: not an XID", bad)
         try:
-            client = client_from_env("kubegpu-device-plugin", spec.kubeconfig)
-        except Exception as exc:
-            log.warning("no Kubernetes API access (%s): using the config files only", exc)
-    plugin = DevicePlugin(nvml, spec.options, client)
-    loop.add_signal_handler(signal.SIGHUP, plugin.reload)
-    task = asyncio.create_task(plugin.run())
-    stopper = asyncio.create_task(stop.wait())
-    try:
-        ready = asyncio.create_task(plugin.ready.wait())
-        await asyncio.wait({task, stopper, ready}, return_when=asyncio.FIRST_COMPLETED)
-        ready.cancel()
-        # Everything loaded so far lives as long as the process: keep it out of the
-        # collector's full passes, which would otherwise add milliseconds to a call now
-        # and then.
-        gc.collect()
-        gc.freeze()
-        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        plugin.stop()
-        await task
-    finally:
-        stopper.cancel()
-        if client is not None:
-            await client.close()
-        nvml.close()
-    return 0
+            nvml = self.gpus.open()
+        except NvmlError as exc:
+            if self.fail_on_init_error:
+                raise ComponentError(f"cannot start NVML: {exc}") from None
+            log.warning(
+                "cannot start NVML (%s) and failOnInitError is false: no devices. "
+                "Waiting indefinitely.",
+                exc,
+            )
+            await self._stop.wait()
+            return
+        client = None
+        if self.options.node_name:
+            client = optional_api_client("kubegpu-device-plugin", self.kubeconfig)
+        try:
+            self.plugin = plugin = DevicePlugin(nvml, self.options, client)
+            if self._stop.is_set():
+                return
+            task = asyncio.create_task(plugin.run())
+            ready = asyncio.create_task(plugin.ready.wait())
+            await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+            ready.cancel()
+            # Everything loaded so far lives as long as the process: keep it out of the
+            # collector's full passes, which would otherwise add milliseconds to a call now
+            # and then.
+            gc.collect()
+            gc.freeze()
+            await task
+        finally:
+            if client is not None:
+                await client.close()
+            nvml.close()
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(
-            "usage: python -m kubegpu.device_plugin '<json from kubegpu device-plugin>'",
-            file=sys.stderr,
-        )
-        return 2
-    spec = decode(argv[0])
-    setup_logging(spec.log_level)
-    return asyncio.run(serve(spec))
+@dataclass(frozen=True)
+class MpsFlags:
+    options: MpsOptions
+    overrides: Mapping[str, str | None] = field(default_factory=dict)
+    kubeconfig: str | None = None
+
+
+class MpsProgram:
+    """The MPS control daemon with its NVML session, MPS backend and API client."""
+
+    def __init__(self, flags: MpsFlags, gpus: GpuBackend) -> None:
+        self.options = replace(flags.options, overrides=config_overrides(flags.overrides))
+        self.kubeconfig = flags.kubeconfig
+        self.gpus = gpus
+        self.daemon: MpsControlDaemon | None = None
+        self._stopped = False
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self.daemon is not None:
+            self.daemon.stop()
+
+    async def run(self) -> None:
+        nvml = self.gpus.open_or_fail()
+        client = None
+        if self.options.node_name:
+            client = optional_api_client("kubegpu-mps-control-daemon", self.kubeconfig)
+        try:
+            self.daemon = MpsControlDaemon(nvml, self.options, self.gpus.mps, client)
+            if self._stopped:
+                return
+            await self.daemon.run()
+        finally:
+            if client is not None:
+                await client.close()
+            nvml.close()

@@ -18,19 +18,17 @@ import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
-import grpc
-
-from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
-from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
-from kubegpu.kube.kubelet import unix_target
+from kubegpu.catalog import nvidia
+from kubegpu.kube.podresources import HeldDevice, PodResourcesClient, PodResourcesError
 
 log = logging.getLogger(__name__)
 
-GPU_RESOURCE = "nvidia.com/gpu"
-SHARED_RESOURCE = "nvidia.com/gpu.shared"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+__all__ = ["HeldDevice", "PodResourcesClient", "PodResourcesError", "attribute", "resolve"]
+
+GPU_RESOURCE = nvidia.GPU_RESOURCE
+SHARED_RESOURCE = nvidia.GPU_SHARED_RESOURCE
+MIG_RESOURCE_PREFIX = nvidia.MIG_RESOURCE_PREFIX
 REPLICA_SEPARATOR = "::"
 _LEGACY_MIG = re.compile(r"MIG-(GPU-[^/]+)/(\d+)/(\d+)")
 _GKE = re.compile(r"nvidia(\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?")
@@ -40,65 +38,12 @@ _GKE = re.compile(r"nvidia(\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?")
 EntityKey = tuple[str, int] | tuple[str, int, int]
 
 
-class PodResourcesError(RuntimeError):
-    """The kubelet's pod-resources API could not be asked."""
-
-
-@dataclass(frozen=True)
-class HeldDevice:
-    namespace: str
-    pod: str
-    container: str
-    resource: str
-    device_id: str
-
-
 @dataclass(frozen=True)
 class PodInfo:
     pod: str
     namespace: str
     container: str
     vgpu: str | None = None  # the replica number of a shared device
-
-
-class PodResourcesClient:
-    """A blocking client of `v1.PodResourcesLister/List` on the kubelet's unix socket."""
-
-    def __init__(self, socket: Path, timeout_s: float = 3.0) -> None:
-        self.socket = socket
-        self.timeout_s = timeout_s
-        self._channel: grpc.Channel | None = None
-        self._stub: pr_grpc.PodResourcesListerSyncStub | None = None
-
-    def available(self) -> bool:
-        return self.socket.exists()
-
-    def list(self) -> list[HeldDevice]:
-        """Every device every container on the node holds; [] when there is no socket."""
-        if not self.available():
-            return []
-        if self._stub is None:
-            self._channel = grpc.insecure_channel(unix_target(self.socket.absolute()))
-            self._stub = pr_grpc.PodResourcesListerSyncStub(self._channel)
-        try:
-            reply = self._stub.List(pr.ListPodResourcesRequest(), timeout=self.timeout_s)
-        except grpc.RpcError as exc:
-            self.close()  # dial again next time: the kubelet may have restarted
-            details = exc.details() if hasattr(exc, "details") else str(exc)
-            raise PodResourcesError(f"pod-resources API at {self.socket}: {details}") from None
-        return [
-            HeldDevice(pod.namespace, pod.name, c.name, d.resource_name, device_id)
-            for pod in reply.pod_resources
-            for c in pod.containers
-            for d in c.devices
-            for device_id in d.device_ids
-        ]
-
-    def close(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-        self._channel = None
-        self._stub = None
 
 
 @dataclass(frozen=True)

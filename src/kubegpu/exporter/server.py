@@ -125,7 +125,9 @@ class Exporter:
             xids=self.xids,
         )
         self.pod_resources = (
-            PodResourcesClient(config.pod_resources_socket, config.pod_resources_timeout_s)
+            PodResourcesClient(
+                config.pod_resources_socket, config.pod_resources_timeout_s, missing_ok=True
+            )
             if config.kubernetes
             else None
         )

@@ -27,19 +27,21 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
+from kubegpu.catalog import nvidia
 from kubegpu.feature_discovery.facts import read_system
 from kubegpu.kube.labels import API_ERRORS, apply_node_labels, labels_of, node_event
 from kubegpu.kube.nodes import watch_node
+from kubegpu.node.config import NodeConfig
+from kubegpu.node.overrides import OverrideError, config_overrides
+from kubegpu.node.runtime import ComponentError
 from kubegpu.nvml import Nvml, NvmlError
 from kubegpu.sharing.config import (
     PluginConfig,
     SharingConfigError,
-    env_overrides,
-    parse_config,
     parse_duration,
     with_overrides,
 )
-from kubegpu.sharing.config_source import CONFIG_LABEL, ConfigChoice, ConfigSource
+from kubegpu.sharing.config_source import ConfigChoice, ConfigSource
 from kubegpu.sharing.facts import read_gpus
 from kubegpu.sharing.labels import LabelError, SystemFacts, compute_labels
 
@@ -47,14 +49,13 @@ log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "kubegpu-feature-discovery"
 COMPONENT = "kubegpu-feature-discovery"
-TIMESTAMP_LABEL = "nvidia.com/gfd.timestamp"
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+TIMESTAMP_LABEL = nvidia.GFD_TIMESTAMP
+MIG_STATE_LABEL = nvidia.MIG_CONFIG_STATE
 CONFIG_POLL_S = 1.0
 RETRY_S = 5.0
-FIRST_LABEL_TIMEOUT_S = 10.0
 
 
-class DiscoveryError(RuntimeError):
+class DiscoveryError(ComponentError):
     """Feature discovery cannot start (a bad config, or NVML with failOnInitError)."""
 
 
@@ -91,14 +92,9 @@ class Effective:
 
 def overrides_for(options: GfdOptions) -> dict[str, Any]:
     """Flag values over the environment's (MPS_ROOT, MIG_STRATEGY... as the plugin reads
-    them), both over the config file."""
-    flags = {
-        "MIG_STRATEGY": options.mig_strategy,
-        "FAIL_ON_INIT_ERROR": None
-        if options.fail_on_init_error is None
-        else str(options.fail_on_init_error).lower(),
-    }
-    return {**env_overrides(), **{k: v for k, v in flags.items() if v is not None}}
+    them), both over the config file; OverrideError for a value the config cannot take."""
+    flags = {"MIG_STRATEGY": options.mig_strategy, "FAIL_ON_INIT_ERROR": options.fail_on_init_error}
+    return config_overrides(flags, os.environ)
 
 
 def effective(options: GfdOptions, config: PluginConfig) -> Effective:
@@ -159,8 +155,12 @@ class FeatureDiscovery:
         self._reload = True
         self._settings: Effective | None = None
         self._chosen_key: tuple[str, str | None, str | None] | None = None
-        self._config_label: str | None = None
-        self._label_known = asyncio.Event()
+        self.node = NodeConfig(
+            ConfigSource(options.config_file, options.config_dir, options.default_config),
+            node_name=options.node_name,
+            client=client,
+            component=COMPONENT,
+        )
         self._node_uid: str | None = None
         self._last_error = ""
         self.written: dict[str, str] = {}
@@ -171,6 +171,10 @@ class FeatureDiscovery:
     def stop(self) -> None:
         self._stop.set()
 
+    def reload(self) -> None:
+        """SIGHUP: label again now with the config read again."""
+        self.trigger(reload=True)
+
     def trigger(self, reload: bool = True) -> None:
         """Label again now (and re-read the config): what SIGHUP does."""
         self._reload = self._reload or reload
@@ -180,10 +184,7 @@ class FeatureDiscovery:
         watchers = []
         if self.options.node_name and self.client is not None:
             watchers.append(asyncio.create_task(self._watch_node(), name="gfd:node"))
-            if self.options.config_dir is not None:
-                # the node label picks the config: wait a little for its value
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._label_known.wait(), FIRST_LABEL_TIMEOUT_S)
+            await self.node.wait_for_label()
         if self.options.config_file is not None or self.options.config_dir is not None:
             watchers.append(asyncio.create_task(self._watch_config(), name="gfd:config"))
         try:
@@ -220,10 +221,7 @@ class FeatureDiscovery:
 
     # -- one pass -----------------------------------------------------------------------------
     def _choose(self) -> ConfigChoice:
-        o = self.options
-        return ConfigSource(o.config_file, o.config_dir, o.default_config).choose(
-            self._config_label
-        )
+        return self.node.choose()
 
     def _load(self) -> Effective:
         """Read the chosen config and apply the flags; also opens NVML the first time."""
@@ -231,12 +229,10 @@ class FeatureDiscovery:
         self._chosen_key = chosen.key
         self._reload = False
         try:
-            if chosen.error:
-                raise SharingConfigError(chosen.error)
             # overrides go in before validation: MPS_ROOT may supply what the file lacks
-            config = parse_config(chosen.text or "", chosen.source, overrides_for(self.options))
-            settings = effective(self.options, config)
-        except SharingConfigError as exc:
+            self.node.overrides = overrides_for(self.options)
+            settings = effective(self.options, self.node.load(chosen))
+        except (SharingConfigError, OverrideError) as exc:
             raise DiscoveryError(str(exc)) from None
         self._settings = settings
         if self._nvml is None and not self._nvml_failed:
@@ -336,13 +332,8 @@ class FeatureDiscovery:
                 self._node_uid = None
                 continue
             labels = labels_of(node)
-            config_label = labels.get(CONFIG_LABEL)
-            if self._label_known.is_set() and config_label != self._config_label:
-                log.info("%s is now %r; relabelling", CONFIG_LABEL, config_label)
-                self._config_label = config_label
+            if self.node.observe(labels):
                 self.trigger(reload=True)
-            self._config_label = config_label
-            self._label_known.set()
             new_state = labels.get(MIG_STATE_LABEL, "")
             if state is not None and new_state != state:
                 log.info("MIG config state is now %r; relabelling", new_state)

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from kubegpu.catalog import nvidia
 from kubegpu.nvml import Nvml
 from kubegpu.sharing.cdi import (
     MIG_MINORS,
@@ -27,7 +28,7 @@ from kubegpu.sharing.cdi import (
 )
 from kubegpu.sharing.facts import read_gpus
 
-KIND = "management.nvidia.com/gpu"
+KIND = nvidia.CDI_MANAGEMENT_KIND
 SPEC_NAME = "management.nvidia.com-gpu.yaml"
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -44,6 +46,7 @@ from kubegpu.kube.labels import (
 from kubegpu.kube.nodes import watch_node
 from kubegpu.kube.podresources import PodResourcesError, list_held_devices
 from kubegpu.mig.config import ConfigError, MigConfigEntry
+from kubegpu.mig.lock import MigLock, MigLockError
 from kubegpu.mig.parted import (
     ApplyError,
     ApplyResult,
@@ -174,6 +177,9 @@ class MigManager:
         self.layouts = Layouts(settings, client, nvml)
         self._reboot = reboot or self._reboot_command
         self._step = on_step or _no_step
+        # the node-wide lock every MIG writer takes; held from the last busy check until
+        # the change is asserted, so no other writer interleaves
+        self.mig_lock = MigLock.for_node(nvml, COMPONENT)
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._desired = ""
@@ -276,11 +282,14 @@ class MigManager:
         except _CHECK_ERRORS as exc:
             return await self._fail(name, f"cannot check the node: {exc}", paused, started)
         # from here on, operands are paused: every way out restores them
+        locked = False
         try:
             paused = await self._pause(name, node, paused)
             await self._step("paused")
             await self._wait_operands_gone(set(paused))
             await self._step("operands-gone")
+            await self._take_lock()
+            locked = True
             await self._check_busy(changing)
             if self.settings.with_reboot and await self._mode_needs_reboot(name, entries):
                 await self._step("rebooting")
@@ -321,13 +330,16 @@ class MigManager:
                     self._fail(name, "the MIG manager was stopped mid-change", paused, started)
                 )
             raise
-        except (Failed, ConfigError, ApplyError) as exc:
+        except (Failed, ConfigError, ApplyError, MigLockError) as exc:
             return await self._fail(name, str(exc), paused, started)
         except _APPLY_ERRORS as exc:
             return await self._fail(name, f"{type(exc).__name__}: {exc}", paused, started)
         except Exception as exc:  # a bug must not leave the operands paused either
             log.exception("node %s: unexpected error", self.node_name)
             return await self._fail(name, f"unexpected error: {exc!r}", paused, started)
+        finally:
+            if locked:
+                self.mig_lock.release()
         return await self._succeed(name, paused, started, "applied", changing)
 
     async def _validate(self, name: str) -> tuple[MigConfigEntry, ...]:
@@ -345,7 +357,13 @@ class MigManager:
         ]
 
     def _apply(self, name: str, entries: tuple[MigConfigEntry, ...]) -> ApplyResult:
-        return apply_config(self.nvml, name, entries, report=lambda line: log.info("%s", line))
+        return apply_config(
+            self.nvml,
+            name,
+            entries,
+            report=lambda line: log.info("%s", line),
+            lock=self.mig_lock,
+        )
 
     def _revert_pending_modes(self) -> None:
         """Undo MIG mode changes left pending for a reset or reboot that will not come, so a
@@ -359,9 +377,31 @@ class MigManager:
 
     async def _mode_needs_reboot(self, name: str, entries: tuple[MigConfigEntry, ...]) -> bool:
         result = await asyncio.to_thread(
-            apply_config, self.nvml, name, entries, mode_only=True, skip_reset=True
+            functools.partial(
+                apply_config,
+                self.nvml,
+                name,
+                entries,
+                mode_only=True,
+                skip_reset=True,
+                lock=self.mig_lock,
+            )
         )
         return bool(result.reset_required)
+
+    async def _take_lock(self) -> None:
+        """Wait for the node's MIG lock in a worker thread; if this task is cancelled
+        meanwhile, a lock the thread still gets is given back, never leaked."""
+        stop = threading.Event()
+        taking = asyncio.ensure_future(asyncio.to_thread(self.mig_lock.acquire, stop))
+        try:
+            await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            stop.set()
+            with contextlib.suppress(Exception):
+                await taking
+                self.mig_lock.release()
+            raise
 
     # -- workloads and operands ------------------------------------------------------------------
     def _gpu_of_device(self) -> dict[str, int]:
@@ -389,10 +429,9 @@ class MigManager:
         for h in held:
             if not h.resource.startswith("nvidia.com/"):
                 continue
-            for device_id in h.device_ids:
-                index = gpu_of.get(device_id.split("::", 1)[0])
-                if index is not None and index in changing:
-                    busy.setdefault(index, set()).add(h.pod_ref)
+            index = gpu_of.get(h.device_id.split("::", 1)[0])
+            if index is not None and index in changing:
+                busy.setdefault(index, set()).add(h.pod_ref)
         if not busy:
             return
         what = "; ".join(f"GPU {i}: {', '.join(sorted(p))}" for i, p in sorted(busy.items()))

@@ -7,9 +7,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
-DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
+from kubegpu.catalog import nvidia
+
+MIG_CONFIG_LABEL = nvidia.MIG_CONFIG
+MIG_STATE_LABEL = nvidia.MIG_CONFIG_STATE
+DEPLOY_PREFIX = nvidia.DEPLOY_PREFIX
 PAUSED = "paused-for-mig-change"
 # The deploy labels' values before this manager paused them (JSON). It is written in the same
 # patch that pauses them, so a manager that restarts mid-change restores exactly these.

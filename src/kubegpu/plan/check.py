@@ -4,12 +4,16 @@
 rule holds, each node has the room its workloads take, every MIG layout is placeable, the
 mig-parted config passes `kubegpu mig validate`'s checks for each node, each device-plugin
 config passes the config loader, and the device plugin would advertise (`advertise()`)
-the resources the workloads request, in the numbers they need.
+the resources the workloads request, in the numbers they need. The operator's Helm values
+are read back too: the ConfigMaps and defaults they name must exist, and their
+`mig.strategy` (which the operator hands every plugin as MIG_STRATEGY, over the config
+file) must leave each MIG node the strategy the plan gives it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import yaml
 
@@ -25,6 +29,8 @@ from kubegpu.plan.result import SHARED_RESOURCE, NodePlan, Plan
 from kubegpu.sharing.config import SharingConfigError
 from kubegpu.sharing.config import parse_config as parse_plugin_config
 from kubegpu.sharing.devices import GPU_RESOURCE, GpuFacts, MigFacts, StrategyError, advertise
+
+VALUES_FILE = "clusterpolicy-values.yaml"
 
 
 def check_plan(inp: PlanInput, plan: Plan) -> list[str]:
@@ -164,6 +170,34 @@ def _facts(n: NodePlan) -> list[GpuFacts]:
     return out
 
 
+def check_values(
+    values: Any, dp_cm: dict[str, Any], mig_cm: dict[str, Any], mig_names: set[str]
+) -> tuple[list[str], str]:
+    """The operator's Helm values against the ConfigMaps they name; returns the problems and
+    the `mig.strategy` the operator passes to every node's plugin as MIG_STRATEGY ("": none)."""
+    where = VALUES_FILE
+    if not isinstance(values, dict):
+        return [f"{where}: expected a mapping"], ""
+    out: list[str] = []
+    strategy = (values.get("mig") or {}).get("strategy", "")
+    if strategy not in ("", "none", "single", "mixed"):
+        out.append(f"{where}: mig.strategy {strategy!r} is not none, single or mixed")
+        strategy = ""
+    for field, cm, names in (
+        ("devicePlugin", dp_cm, set(dp_cm["data"])),
+        ("migManager", mig_cm, mig_names),
+    ):
+        cfg = ((values.get(field) or {}).get("config")) or {}
+        if cfg.get("name") != cm["metadata"]["name"]:
+            out.append(
+                f"{where}: {field}.config.name {cfg.get('name')!r} is not the ConfigMap "
+                f"{cm['metadata']['name']!r}"
+            )
+        if cfg.get("default") not in names:
+            out.append(f"{where}: {field}.config.default {cfg.get('default')!r} is not a config")
+    return out, strategy
+
+
 def _check_files(plan: Plan) -> list[str]:
     out: list[str] = []
     files = render(plan)
@@ -174,7 +208,13 @@ def _check_files(plan: Plan) -> list[str]:
     cm = yaml.safe_load(files["mig-parted-configmap.yaml"])
     if cm["data"]["config.yaml"] != files["mig-parted-config.yaml"]:
         out.append("mig-parted ConfigMap differs from the config file")
-    dp_cm = yaml.safe_load(files["device-plugin-configmap.yaml"])["data"]
+    dp_doc = yaml.safe_load(files["device-plugin-configmap.yaml"])
+    dp_cm = dp_doc["data"]
+    mig_names = set(yaml.safe_load(files["mig-parted-config.yaml"])["mig-configs"])
+    problems, forced = check_values(yaml.safe_load(files[VALUES_FILE]), dp_doc, cm, mig_names)
+    out += problems
+    # the operator sets MIG_STRATEGY on every plugin from mig.strategy; it beats the file
+    overrides = {"MIG_STRATEGY": forced} if forced else None
     wp_by = {w.name: w for w in plan.workloads}
     for n in plan.nodes:
         if n.mig_config is not None:
@@ -206,9 +246,21 @@ def _check_files(plan: Plan) -> list[str]:
             out.append(f"{n.name}: device-plugin config {n.device_plugin_config} missing")
             continue
         try:
-            cfg = parse_plugin_config(text, n.device_plugin_config)
+            cfg = parse_plugin_config(text, n.device_plugin_config, overrides)
+        except SharingConfigError as exc:
+            out.append(f"{n.name}: device-plugin config {n.device_plugin_config} rejected: {exc}")
+            continue
+        effective = cfg.flags.mig_strategy
+        if any(g.mig_enabled for g in n.gpus) and effective != n.mig_strategy:
+            out.append(
+                f"{n.name}: the plugin runs the {effective} MIG strategy "
+                f"({VALUES_FILE} mig.strategy {forced!r}), the plan needs {n.mig_strategy}"
+            )
+        if effective == "mixed" and n.sharing == "mps":
+            out.append(f"{n.name}: MPS under the mixed strategy (rule mps-no-mig)")
+        try:
             adv = advertise(_facts(n), cfg)
-        except (SharingConfigError, StrategyError) as exc:
+        except StrategyError as exc:
             out.append(f"{n.name}: device-plugin config {n.device_plugin_config} rejected: {exc}")
             continue
         counts = adv.counts()

@@ -18,15 +18,15 @@ from typing import Any
 
 import yaml
 
-from kubegpu.catalog import get_model
+from kubegpu.catalog import get_model, nvidia
 from kubegpu.plan.result import MPS_ROOT, NodePlan, Plan, plan_json
 from kubegpu.sharing.devices import GPU_RESOURCE
 
 NAMESPACE = "gpu-operator"
 MIG_CONFIGMAP = "kubegpu-plan-mig-parted-config"
 DP_CONFIGMAP = "kubegpu-plan-device-plugin-config"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-DP_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+MIG_CONFIG_LABEL = nvidia.MIG_CONFIG
+DP_CONFIG_LABEL = nvidia.DEVICE_PLUGIN_CONFIG
 ALL_DISABLED = "all-disabled"
 
 
@@ -51,11 +51,10 @@ def device_plugin_config(node: NodePlan) -> tuple[str, dict[str, Any]]:
 
 
 def mig_entries(node: NodePlan) -> list[dict[str, Any]]:
-    """mig-parted entries for a node's MIG-capable GPUs, grouped by identical setting."""
+    """mig-parted entries for every GPU of a node, grouped by identical setting (a config
+    with explicit device lists must cover each GPU, MIG-capable or not)."""
     groups: dict[tuple[str, bool, tuple[tuple[str, int], ...]], list[int]] = {}
     for g in node.gpus:
-        if get_model(g.model).mig is None:
-            continue
         key = (g.model, g.mig_enabled, tuple(sorted(g.mig.items())) if g.mig_enabled else ())
         groups.setdefault(key, []).append(g.index)
     out = []

@@ -28,18 +28,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from kubegpu.catalog import nvidia
 from kubegpu.sharing.config import PluginConfig
 from kubegpu.sharing.devices import Device, physical_id
 
-CDI_VENDOR = "k8s.device-plugin.nvidia.com"
+CDI_VENDOR = nvidia.CDI_PLUGIN_VENDOR
 CDI_CLASS = "gpu"
-CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
+CDI_KIND = nvidia.CDI_PLUGIN_KIND
 CDI_ANNOTATION_PLUGIN = "nvidia-device-plugin"
-VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+VISIBLE_DEVICES = nvidia.NVIDIA_VISIBLE_DEVICES
 VOLUME_MOUNT_DIR = "/var/run/nvidia-container-devices"
 MPS_CONTAINER_ROOT = "/mps"
-MPS_PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
-IMEX_CHANNELS_ENV = "NVIDIA_IMEX_CHANNELS"
+MPS_PIPE_ENV = nvidia.CUDA_MPS_PIPE_DIRECTORY
+IMEX_CHANNELS_ENV = nvidia.NVIDIA_IMEX_CHANNELS
 # Device nodes every GPU container needs besides its GPUs (passDeviceSpecs).
 CONTROL_DEVICES = (
     "/dev/nvidiactl",

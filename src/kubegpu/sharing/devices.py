@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from kubegpu.catalog import nvidia
 from kubegpu.sharing.config import (
     MPS_MAX_CLIENTS_OLDER,
     MPS_MAX_CLIENTS_VOLTA_PLUS,
@@ -21,7 +22,7 @@ from kubegpu.sharing.config import (
     resource_name,
 )
 
-GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RESOURCE = nvidia.GPU_RESOURCE
 REPLICA_SEPARATOR = "::"
 
 

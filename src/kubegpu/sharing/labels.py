@@ -20,10 +20,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from kubegpu.catalog import nvidia
 from kubegpu.sharing.config import PluginConfig
 from kubegpu.sharing.devices import GPU_RESOURCE, GpuFacts, MigFacts, mig_resource_name
 
-PREFIX = "nvidia.com/"
+PREFIX = nvidia.PREFIX
 MAX_VALUE = 63
 PCI_CLASS_VGA = 0x0300
 PCI_CLASS_3D = 0x0302

@@ -19,9 +19,7 @@ first and writes it only on success.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,15 +27,19 @@ from typing import Any
 
 import yaml
 
-from kubegpu.nvml import Nvml, NvmlError, SimNvml
+from kubegpu.catalog import nvidia
+from kubegpu.node.cuda import CudaProbe, ProbeFailed, cuda_targets, preload_driver_library
+from kubegpu.node.runtime import ComponentError
+from kubegpu.nvml import Nvml, NvmlError
 
-NVIDIA_CDI_KINDS = ("nvidia.com/gpu", "k8s.device-plugin.nvidia.com/gpu")
+NVIDIA_CDI_KINDS = (nvidia.CDI_RUNTIME_KIND, nvidia.CDI_PLUGIN_KIND)
 DEFAULT_CDI_DIRS = (Path("/var/run/cdi"), Path("/etc/cdi"))
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
-WORKLOAD_MEMORY_MIB = 64
+GPU_RESOURCE_PREFIXES = (nvidia.GPU_RESOURCE, nvidia.MIG_RESOURCE_PREFIX)
+
+__all__ = ["CheckFailed", "CheckResult", "cuda_targets", "preload_driver_library"]
 
 
-class CheckFailed(RuntimeError):
+class CheckFailed(ComponentError):
     """The component is not (yet) working; the message says what is missing."""
 
 
@@ -61,20 +63,16 @@ def driver_env(driver_root: str) -> dict[str, str]:
     }
 
 
-def preload_driver_library(container_root: Path, soname: str) -> bool:
-    """Load a driver library from a containerized driver's root, so NVML/CUDA bindings that
-    dlopen the soname find it. False when it is not there."""
-    for libdir in ("usr/lib/x86_64-linux-gnu", "usr/lib64", "usr/lib/aarch64-linux-gnu", "usr/lib"):
-        candidate = container_root / libdir / soname
-        if candidate.exists():
-            ctypes.CDLL(str(candidate), mode=ctypes.RTLD_GLOBAL)
-            return True
-    return False
-
-
 def check_driver(
-    open_nvml: Callable[[], Nvml], driver_root: str, validations: Path, container_root: Path
+    open_nvml: Callable[[], Nvml],
+    driver_root: str,
+    validations: Path,
+    container_root: Path,
+    *,
+    ready_file: bool = True,
 ) -> CheckResult:
+    """`ready_file`: a containerized driver marks readiness with .driver-ctr-ready (real
+    hardware; a simulated node has no driver container)."""
     containerized = driver_root not in ("", "/")
     container_ready = (validations / ".driver-ctr-ready").exists()
     not_ready = (
@@ -90,7 +88,7 @@ def check_driver(
             not_ready if containerized and not container_ready else f"NVML does not answer: {exc}"
         ) from None
     try:
-        if containerized and not container_ready and not isinstance(nvml, SimNvml):
+        if containerized and not container_ready and ready_file:
             raise CheckFailed(not_ready)
         system = nvml.system()
         count = nvml.device_count()
@@ -206,83 +204,22 @@ def _mig_devices(nvml: Nvml, index: int) -> list[Any]:
 
 
 # -- CUDA ---------------------------------------------------------------------------------------------------
-def cuda_targets(nvml: Nvml, visible: str | None = None) -> list[tuple[int, str | None, str]]:
-    """(GPU index, MIG UUID or None, name) of each CUDA device, as CUDA would enumerate
-    them: whole GPUs without MIG, and the MIG devices of GPUs with MIG on. `visible`
-    (NVIDIA_VISIBLE_DEVICES) restricts them to the listed UUIDs/indexes."""
-    out: list[tuple[int, str | None, str]] = []
-    for d in nvml.devices():
-        if _mig_on(nvml, d.index):
-            for m in nvml.mig_devices(d.index):
-                out.append((d.index, m.uuid, m.uuid))
-        else:
-            out.append((d.index, None, d.uuid))
-    if visible and visible not in {"all", "void", "none"}:
-        wanted = {v.strip() for v in visible.split(",")}
-        out = [t for t in out if t[2] in wanted or str(t[0]) in wanted or (t[1] and t[1] in wanted)]
-    return out
-
-
-def run_sim_workload(nvml: SimNvml, visible: str | None = None) -> str:
-    """Start a process on the first CUDA device of a simulated node and see NVML report it."""
-    targets = cuda_targets(nvml, visible)
-    if not targets:
-        raise CheckFailed(
-            "no CUDA device: every GPU has MIG on without instances, or none is visible"
-        )
-    index, mig, name = targets[0]
-    pid = os.getpid()
-    nvml.start_process(index, pid, WORKLOAD_MEMORY_MIB, sm_percent=1, mig_device=mig)
-    try:
-        if not any(p.pid == pid for p in nvml.processes(index)):
-            raise CheckFailed(f"GPU {index} did not report the workload process")
-    finally:
-        nvml.stop_process(index, pid)
-    return f"a workload ran on {name}"
-
-
-def run_cuda_workload(container_root: Path | None = None) -> str:
-    """Create and destroy a CUDA context on device 0 through libcuda (no toolkit needed)."""
-    if container_root is not None:
-        preload_driver_library(container_root, "libcuda.so.1")
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError as exc:
-        raise CheckFailed(f"libcuda is not available: {exc}") from None
-
-    def call(name: str, *args: Any) -> None:
-        code = getattr(cuda, name)(*args)
-        if code != 0:
-            raise CheckFailed(f"{name} failed with CUDA error {code}")
-
-    call("cuInit", 0)
-    count = ctypes.c_int(0)
-    call("cuDeviceGetCount", ctypes.byref(count))
-    if count.value < 1:
-        raise CheckFailed("CUDA sees no device")
-    device = ctypes.c_int(0)
-    call("cuDeviceGet", ctypes.byref(device), 0)
-    context = ctypes.c_void_p()
-    call("cuCtxCreate_v2", ctypes.byref(context), 0, device)
-    call("cuCtxDestroy_v2", context)
-    return f"a CUDA context was created on device 0 of {count.value}"
-
-
 def check_cuda_here(
-    open_nvml: Callable[[], Nvml], visible: str | None, container_root: Path | None
+    open_nvml: Callable[[], Nvml],
+    cuda: CudaProbe,
+    visible: str | None,
+    container_root: Path | None,
 ) -> CheckResult:
     try:
-        nvml = open_nvml()
+        open_nvml().close()
     except NvmlError as exc:
         raise CheckFailed(f"NVML does not answer: {exc}") from None
     try:
-        if isinstance(nvml, SimNvml):
-            return CheckResult("cuda", run_sim_workload(nvml, visible))
-        return CheckResult("cuda", run_cuda_workload(container_root))
+        return CheckResult("cuda", cuda.run(visible, container_root))
+    except ProbeFailed as exc:
+        raise CheckFailed(str(exc)) from None
     except NvmlError as exc:
         raise CheckFailed(f"the GPU refused the workload: {exc}") from None
-    finally:
-        nvml.close()
 
 
 # -- plugin -------------------------------------------------------------------------------------------------

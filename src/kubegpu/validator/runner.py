@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -23,7 +23,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 
 from kubegpu.kube.nodes import watch_node
-from kubegpu.nvml import Nvml
+from kubegpu.node.gpus import GpuBackend
 from kubegpu.validator.checks import (
     DEFAULT_CDI_DIRS,
     CheckFailed,
@@ -67,7 +67,7 @@ class Validator:
     def __init__(
         self,
         settings: ValidatorSettings,
-        open_nvml: Callable[[], Nvml],
+        gpus: GpuBackend,
         client: AsyncClient | None = None,
     ) -> None:
         if settings.component not in COMPONENTS:
@@ -75,7 +75,7 @@ class Validator:
                 f"unknown component {settings.component!r}; known: {', '.join(COMPONENTS)}"
             )
         self.s = settings
-        self.open_nvml = open_nvml
+        self.gpus = gpus
         self.client = client
         self.files = ReadyFiles(settings.output_dir)
 
@@ -105,18 +105,19 @@ class Validator:
             case "driver":
                 return await asyncio.to_thread(
                     check_driver,
-                    self.open_nvml,
+                    self.gpus.open,
                     self.s.driver_root,
                     self.s.output_dir,
                     self.s.container_driver_root,
+                    ready_file=self.gpus.driver_ready_file,
                 )
             case "toolkit":
-                return await asyncio.to_thread(check_toolkit, self.open_nvml, self.s.cdi_dirs)
+                return await asyncio.to_thread(check_toolkit, self.gpus.open, self.s.cdi_dirs)
             case "cuda":
                 if self.s.with_workload:
                     return CheckResult("cuda", await self.workload_pod("cuda", None))
                 return await asyncio.to_thread(
-                    check_cuda_here, self.open_nvml, None, self._ctr_root()
+                    check_cuda_here, self.gpus.open, self.gpus.cuda, None, self._ctr_root()
                 )
             case _:
                 return await self.check_plugin()

@@ -1,9 +1,16 @@
-"""The config this node should run, and where the administrator hears about it.
+"""The device-plugin config this node should run, and where the administrator hears about it.
 
-Shared by the device plugin and the MPS control daemon: the chosen config file (by the
-node label `nvidia.com/device-plugin.config` when configs come from a directory), the
-flag/env overrides on top, and Node events for what was applied or refused. Without
-Kubernetes API access (no node name) only the files are used and events are only logged.
+Shared by the device plugin, the MPS control daemon and feature discovery, so they agree:
+the config file chosen by `ConfigSource` (by the node label `nvidia.com/device-plugin.config`
+when configs come from a directory), the flag/env overrides on top, and Node events for
+what was applied or refused. Without Kubernetes API access (no node name) only the files
+are used and events are only logged.
+
+The label comes from a watch of this node's own Node: `start()` runs one, or a component
+that watches its Node for more (feature discovery) feeds each Node's labels to `observe()`.
+When configs come from a directory the label picks one, so the first config waits briefly
+for the label's value (`wait_for_label`) rather than applying the default and then
+switching a moment later.
 """
 
 from __future__ import annotations
@@ -11,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from lightkube import AsyncClient
 
-from kubegpu.kube.nodes import NORMAL, node_label, record_node_event, watch_node
+from kubegpu.kube.labels import labels_of
+from kubegpu.kube.nodes import NORMAL, record_node_event, watch_node
 from kubegpu.sharing.config import PluginConfig, SharingConfigError, parse_config
 from kubegpu.sharing.config_source import CONFIG_LABEL, ConfigChoice, ConfigSource
 
@@ -35,34 +43,62 @@ class NodeConfig:
         node_name: str | None = None,
         client: AsyncClient | None = None,
         component: str = "kubegpu-device-plugin",
+        first_label_timeout_s: float = FIRST_LABEL_TIMEOUT_S,
     ) -> None:
         self.source = source
         self.overrides = dict(overrides or {})
         self.node_name = node_name
         self.client = client if node_name else None
         self.component = component
+        self.first_label_timeout_s = first_label_timeout_s
         self.label: str | None = None
         self.events: list[tuple[str, str, str]] = []  # (type, reason, message), newest last
         self._label_known = asyncio.Event()
         self._wake: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    async def start(self, wake: asyncio.Event) -> None:
-        """Watch the node label (setting `wake` when it changes); wait briefly for its value."""
+    @property
+    def watched(self) -> bool:
+        """Whether the node label is known from the API (else only files count)."""
+        return self.client is not None and self.node_name is not None
+
+    async def start(self, wake: asyncio.Event | None = None) -> None:
+        """Watch the node label (setting `wake` when it changes); wait for its first value."""
         self._wake = wake
         if self.client is None or self.node_name is None:
             self._label_known.set()
             return
         self._spawn(self._watch(self.client, self.node_name))
+        await self.wait_for_label()
+
+    async def wait_for_label(self) -> None:
+        """When the label picks the config: wait (bounded) until its value is known."""
+        if not self.watched or self.source.config_dir is None:
+            return
         try:
-            await asyncio.wait_for(self._label_known.wait(), FIRST_LABEL_TIMEOUT_S)
+            await asyncio.wait_for(self._label_known.wait(), self.first_label_timeout_s)
         except TimeoutError:
             log.warning(
                 "node %s: label %s unknown after %.0fs; using the default config until it is",
                 self.node_name,
                 CONFIG_LABEL,
-                FIRST_LABEL_TIMEOUT_S,
+                self.first_label_timeout_s,
             )
+
+    def observe(self, labels: Mapping[str, str]) -> bool:
+        """Take the Node's labels; True when the config label changed after the first look."""
+        label = labels.get(CONFIG_LABEL)
+        first = not self._label_known.is_set()
+        self._label_known.set()
+        if label == self.label:
+            return False
+        self.label = label
+        if first:
+            return False
+        log.info("node %s: %s is now %r", self.node_name, CONFIG_LABEL, label)
+        if self._wake is not None:
+            self._wake.set()
+        return True
 
     async def stop(self) -> None:
         for task in list(self._tasks):
@@ -72,22 +108,17 @@ class NodeConfig:
                 await task
         self._tasks.clear()
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _watch(self, client: AsyncClient, name: str) -> None:
         async for node in watch_node(client, name):
-            label = node_label(node, CONFIG_LABEL)
             first = not self._label_known.is_set()
-            self._label_known.set()
-            if first or label != self.label:
-                if not first:
-                    log.info("node %s: %s is now %r", name, CONFIG_LABEL, label)
-                self.label = label
-                if self._wake is not None:
-                    self._wake.set()
+            self.observe(labels_of(node) if node is not None else {})
+            if first and self._wake is not None:
+                self._wake.set()
 
     def choose(self) -> ConfigChoice:
         return self.source.choose(self.label)

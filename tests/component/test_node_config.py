@@ -1,0 +1,143 @@
+"""The config a node runs: chosen by the node label when configs come from a directory,
+with the flag/env overrides on top, and a short wait for the label's first value."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Node
+
+from kubegpu.node.config import NodeConfig
+from kubegpu.sharing.config import PluginConfig, SharingConfigError
+from kubegpu.sharing.config_source import CONFIG_LABEL, ConfigSource
+
+TS2 = "sharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 2}\n"
+TS4 = TS2.replace("replicas: 2", "replicas: 4")
+
+
+def replicas(config: PluginConfig) -> int:
+    shared = config.sharing.time_slicing
+    assert shared is not None
+    return shared.resources[0].replicas
+
+
+def node(labels: dict[str, str]) -> Node:
+    return Node(metadata=ObjectMeta(name="n1", labels=labels))
+
+
+class NodeWatch:
+    """The API's side of one Node watch: the Node now, then each change put on `changes`."""
+
+    def __init__(self, first: Node) -> None:
+        self.first = first
+        self.changes: asyncio.Queue[Node] = asyncio.Queue()
+        self.events: list[dict[str, Any]] = []
+
+    async def get(self, kind: type[Node], name: str) -> Node:
+        return self.first
+
+    async def watch(self, kind: type[Node], fields: dict[str, str]) -> AsyncIterator[Any]:
+        assert fields == {"metadata.name": "n1"}  # only its own Node
+        while True:
+            yield "MODIFIED", await self.changes.get()
+
+    async def create(self, obj: Any) -> Any:
+        self.events.append(obj.to_dict())
+        return obj
+
+
+@pytest.fixture
+def configs(tmp_path: Path) -> Path:
+    d = tmp_path / "configs"
+    d.mkdir()
+    (d / "ts2").write_text(TS2)
+    (d / "ts4").write_text(TS4)
+    return d
+
+
+def watched(source: ConfigSource, api: NodeWatch | None, **kw: Any) -> NodeConfig:
+    return NodeConfig(source, node_name="n1", client=cast(AsyncClient, api), **kw)
+
+
+async def test_the_label_picks_the_named_config_and_overrides_apply(configs: Path) -> None:
+    cfg = NodeConfig(
+        ConfigSource(config_dir=configs, default_config="ts2"), {"MIG_STRATEGY": "single"}
+    )
+    assert replicas(cfg.load(cfg.choose())) == 2
+    cfg.observe({CONFIG_LABEL: "ts4"})
+    choice = cfg.choose()
+    assert choice.source == f"config 'ts4' in {configs}"
+    config = cfg.load(choice)
+    assert replicas(config) == 4
+    assert config.flags.mig_strategy == "single"
+
+
+async def test_a_label_naming_no_config_is_refused_on_load(configs: Path) -> None:
+    cfg = NodeConfig(ConfigSource(config_dir=configs))
+    cfg.observe({CONFIG_LABEL: "ts8"})
+    with pytest.raises(SharingConfigError, match="specified config 'ts8' does not exist"):
+        cfg.load(cfg.choose())
+
+
+async def test_only_a_change_after_the_first_look_counts(configs: Path) -> None:
+    cfg = watched(ConfigSource(config_dir=configs), NodeWatch(node({})))
+    assert cfg.observe({CONFIG_LABEL: "ts2"}) is False  # the first look
+    assert cfg.label == "ts2"
+    assert cfg.observe({CONFIG_LABEL: "ts2", "other": "x"}) is False
+    assert cfg.observe({CONFIG_LABEL: "ts4"}) is True
+    assert cfg.observe({}) is True and cfg.label is None
+
+
+async def test_the_first_config_waits_for_the_label_when_it_picks_the_config(
+    configs: Path,
+) -> None:
+    api = NodeWatch(node({CONFIG_LABEL: "ts4"}))
+    cfg = watched(ConfigSource(config_dir=configs), api)
+    wake = asyncio.Event()
+    await asyncio.wait_for(cfg.start(wake), 5)
+    try:
+        assert cfg.label == "ts4" and wake.is_set()
+        assert replicas(cfg.load(cfg.choose())) == 4
+        wake.clear()
+        await api.changes.put(node({CONFIG_LABEL: "ts2"}))
+        await asyncio.wait_for(wake.wait(), 5)
+        assert cfg.label == "ts2"
+    finally:
+        await cfg.stop()
+
+
+async def test_without_the_label_in_time_the_default_is_used_and_said(
+    configs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = watched(ConfigSource(config_dir=configs, default_config="ts2"), NodeWatch(node({})))
+    caplog.set_level(logging.WARNING)
+    cfg.first_label_timeout_s = 0.05
+    await cfg.wait_for_label()  # no watch is running: the label never comes
+    assert "label nvidia.com/device-plugin.config unknown after" in caplog.text
+    assert cfg.choose().source == f"default config 'ts2' in {configs}"
+
+
+async def test_a_single_config_file_does_not_wait_for_the_label(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text(TS2)
+    cfg = watched(ConfigSource(config_file=tmp_path / "c.yaml"), NodeWatch(node({})))
+    cfg.first_label_timeout_s = 30
+    await asyncio.wait_for(cfg.wait_for_label(), 1)  # returns at once
+    assert replicas(cfg.load(cfg.choose())) == 2
+
+
+async def test_reports_are_kept_and_recorded_as_node_events(configs: Path) -> None:
+    api = NodeWatch(node({}))
+    cfg = watched(ConfigSource(config_dir=configs), api, component="kubegpu-test")
+    cfg.report("Warning", "ConfigRejected", "ts8 does not exist")
+    await asyncio.sleep(0.05)
+    await cfg.stop()
+    assert cfg.events == [("Warning", "ConfigRejected", "ts8 does not exist")]
+    assert api.events and api.events[0]["reason"] == "ConfigRejected"
+    assert api.events[0]["involvedObject"]["name"] == "n1"
