@@ -1,5 +1,6 @@
 """The kubelet's gRPC APIs: generated code is fresh, the wire format is the kubelet's, and the
-stubs work end to end over unix sockets (device plugin v1beta1, pod-resources v1)."""
+stubs work end to end over unix sockets (device plugin v1beta1, pod-resources v1, plugin
+registration v1, DRA v1 and v1beta1)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ import pytest
 from kubegpu.kube import kubelet
 from kubegpu.kube.kubelet import deviceplugin_v1beta1_pb2 as dp
 from kubegpu.kube.kubelet import deviceplugin_v1beta1_pb2_grpc as dp_grpc
+from kubegpu.kube.kubelet import dra_v1_pb2 as dra
+from kubegpu.kube.kubelet import dra_v1_pb2_grpc as dra_grpc
+from kubegpu.kube.kubelet import dra_v1beta1_pb2 as dra_beta
+from kubegpu.kube.kubelet import dra_v1beta1_pb2_grpc as dra_beta_grpc
+from kubegpu.kube.kubelet import pluginregistration_v1_pb2 as reg
+from kubegpu.kube.kubelet import pluginregistration_v1_pb2_grpc as reg_grpc
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
 
@@ -152,6 +159,50 @@ POD_RESOURCES_FIELDS: dict[str, dict[str, tuple[int, str, bool]]] = {
     "GetPodResourcesResponse": {"pod_resources": (1, "PodResources", False)},
 }
 
+# reference/dcgm-dra.md section 3.6
+DRA_FIELDS: dict[str, dict[str, tuple[int, str, bool]]] = {
+    "NodePrepareResourcesRequest": {"claims": (1, "Claim", True)},
+    "NodePrepareResourcesResponse": {
+        "claims": (1, "map<string,NodePrepareResourceResponse>", True)
+    },
+    "NodePrepareResourceResponse": {
+        "devices": (1, "Device", True),
+        "error": (2, "string", False),
+    },
+    "Device": {
+        "request_names": (1, "string", True),
+        "pool_name": (2, "string", False),
+        "device_name": (3, "string", False),
+        "cdi_device_ids": (4, "string", True),
+        "share_id": (5, "string", False),
+    },
+    "NodeUnprepareResourcesRequest": {"claims": (1, "Claim", True)},
+    "NodeUnprepareResourcesResponse": {
+        "claims": (1, "map<string,NodeUnprepareResourceResponse>", True)
+    },
+    "NodeUnprepareResourceResponse": {"error": (1, "string", False)},
+    "Claim": {
+        "namespace": (1, "string", False),
+        "uid": (2, "string", False),
+        "name": (3, "string", False),
+    },
+}
+
+REGISTRATION_FIELDS: dict[str, dict[str, tuple[int, str, bool]]] = {
+    "InfoRequest": {},
+    "PluginInfo": {
+        "type": (1, "string", False),
+        "name": (2, "string", False),
+        "endpoint": (3, "string", False),
+        "supported_versions": (4, "string", True),
+    },
+    "RegistrationStatus": {
+        "plugin_registered": (1, "bool", False),
+        "error": (2, "string", False),
+    },
+    "RegistrationStatusResponse": {},
+}
+
 _SCALARS = {
     "TYPE_BOOL": "bool",
     "TYPE_STRING": "string",
@@ -166,7 +217,12 @@ def _fields(message: Any) -> dict[str, tuple[int, str, bool]]:
     for f in message.fields:
         if f.message_type is not None and f.message_type.GetOptions().map_entry:
             key, value = (f.message_type.fields_by_name[n] for n in ("key", "value"))
-            kind = f"map<{_SCALARS[_type_name(key)]},{_SCALARS[_type_name(value)]}>"
+            value_kind = (
+                value.message_type.name
+                if value.message_type is not None
+                else _SCALARS[_type_name(value)]
+            )
+            kind = f"map<{_SCALARS[_type_name(key)]},{value_kind}>"
         elif f.message_type is not None:
             kind = f.message_type.name
         else:
@@ -184,8 +240,14 @@ def _type_name(field: Any) -> str:
 
 @pytest.mark.parametrize(
     ("module", "package", "expected"),
-    [(dp, "v1beta1", DEVICE_PLUGIN_FIELDS), (pr, "v1", POD_RESOURCES_FIELDS)],
-    ids=["deviceplugin", "podresources"],
+    [
+        (dp, "v1beta1", DEVICE_PLUGIN_FIELDS),
+        (pr, "v1", POD_RESOURCES_FIELDS),
+        (dra, "k8s.io.kubelet.pkg.apis.dra.v1", DRA_FIELDS),
+        (dra_beta, "k8s.io.kubelet.pkg.apis.dra.v1beta1", DRA_FIELDS),
+        (reg, "pluginregistration", REGISTRATION_FIELDS),
+    ],
+    ids=["deviceplugin", "podresources", "dra-v1", "dra-v1beta1", "pluginregistration"],
 )
 def test_messages_match_the_kubelet_api(
     module: Any, package: str, expected: dict[str, dict[str, tuple[int, str, bool]]]
@@ -587,3 +649,180 @@ def test_pod_resources_round_trip_over_a_unix_socket(sock_dir: Path) -> None:
             assert err.value.code() == grpc.StatusCode.NOT_FOUND
     finally:
         server.stop(grace=None).wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# plugin registration and DRA (reference/dcgm-dra.md section 3.6)
+
+
+@pytest.mark.parametrize(("module", "version"), [(dra, "v1"), (dra_beta, "v1beta1")])
+def test_dra_service_has_the_kubelet_wire_names(module: Any, version: str) -> None:
+    svc = module.DESCRIPTOR.services_by_name["DRAPlugin"]
+    assert svc.full_name == f"k8s.io.kubelet.pkg.apis.dra.{version}.DRAPlugin"
+    assert {
+        f"/{svc.full_name}/{m.name}": (m.input_type.name, m.output_type.name, m.server_streaming)
+        for m in svc.methods
+    } == {
+        f"/{svc.full_name}/NodePrepareResources": (
+            "NodePrepareResourcesRequest",
+            "NodePrepareResourcesResponse",
+            False,
+        ),
+        f"/{svc.full_name}/NodeUnprepareResources": (
+            "NodeUnprepareResourcesRequest",
+            "NodeUnprepareResourcesResponse",
+            False,
+        ),
+    }
+    assert (
+        module.DESCRIPTOR.services_by_name["DRAPlugin"].full_name
+        == {"v1": kubelet.DRA_V1_SERVICE, "v1beta1": kubelet.DRA_V1BETA1_SERVICE}[version]
+    )
+
+
+def test_registration_service_has_the_kubelet_wire_names() -> None:
+    svc = reg.DESCRIPTOR.services_by_name["Registration"]
+    assert svc.full_name == kubelet.PLUGIN_REGISTRATION_SERVICE
+    assert {
+        f"/{svc.full_name}/{m.name}": (m.input_type.name, m.output_type.name) for m in svc.methods
+    } == {
+        "/pluginregistration.Registration/GetInfo": ("InfoRequest", "PluginInfo"),
+        "/pluginregistration.Registration/NotifyRegistrationStatus": (
+            "RegistrationStatus",
+            "RegistrationStatusResponse",
+        ),
+    }
+
+
+def test_dra_share_id_is_proto3_optional() -> None:
+    device = dra.Device(device_name="gpu-0")
+    assert not device.HasField("share_id")
+    device.share_id = ""
+    assert device.HasField("share_id")
+
+
+def test_dra_claim_encodes_as_the_kubelet_expects() -> None:
+    claim = dra.Claim(namespace="ml", uid="u1", name="c")
+    # field 1 "ml", field 2 "u1", field 3 "c"
+    assert claim.SerializeToString() == b"\n\x02ml\x12\x02u1\x1a\x01c"
+    # the two versions share one wire format
+    assert dra_beta.Claim.FromString(claim.SerializeToString()) == dra_beta.Claim(
+        namespace="ml", uid="u1", name="c"
+    )
+
+
+def test_dra_constants() -> None:
+    assert kubelet.DRA_PLUGIN_TYPE == "DRAPlugin"
+    assert kubelet.DRA_SUPPORTED_VERSIONS == ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+    assert (
+        kubelet.dra_registration_socket("gpu.nvidia.com")
+        == "/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock"
+    )
+    assert (
+        kubelet.dra_endpoint("gpu.nvidia.com") == "/var/lib/kubelet/plugins/gpu.nvidia.com/dra.sock"
+    )
+    assert kubelet.dra_registration_socket("d.x", "/r") == "/r/d.x-reg.sock"
+
+
+class _Registrar(reg_grpc.RegistrationServicer):
+    def __init__(self, endpoint: Path) -> None:
+        self.endpoint = endpoint
+        self.status: asyncio.Queue[reg.RegistrationStatus] = asyncio.Queue()
+
+    async def GetInfo(self, request: reg.InfoRequest, context: Any) -> reg.PluginInfo:
+        return reg.PluginInfo(
+            type=kubelet.DRA_PLUGIN_TYPE,
+            name="gpu.nvidia.com",
+            endpoint=str(self.endpoint),
+            supported_versions=list(kubelet.DRA_SUPPORTED_VERSIONS),
+        )
+
+    async def NotifyRegistrationStatus(
+        self, request: reg.RegistrationStatus, context: Any
+    ) -> reg.RegistrationStatusResponse:
+        await self.status.put(request)
+        return reg.RegistrationStatusResponse()
+
+
+class _Driver(dra_grpc.DRAPluginServicer):
+    async def NodePrepareResources(
+        self, request: dra.NodePrepareResourcesRequest, context: Any
+    ) -> dra.NodePrepareResourcesResponse:
+        out = dra.NodePrepareResourcesResponse()
+        for c in request.claims:
+            if c.name == "bad":
+                out.claims[c.uid].error = "no allocation"
+                continue
+            out.claims[c.uid].devices.append(
+                dra.Device(
+                    request_names=["gpu"],
+                    pool_name="node-a",
+                    device_name="gpu-0",
+                    cdi_device_ids=[f"k8s.gpu.nvidia.com/claim={c.uid}-gpu-0"],
+                )
+            )
+        return out
+
+    async def NodeUnprepareResources(
+        self, request: dra.NodeUnprepareResourcesRequest, context: Any
+    ) -> dra.NodeUnprepareResourcesResponse:
+        out = dra.NodeUnprepareResourcesResponse()
+        for c in request.claims:
+            out.claims[c.uid].error = ""
+        return out
+
+
+async def test_dra_registration_and_prepare_round_trip(sock_dir: Path) -> None:
+    reg_sock = Path(kubelet.dra_registration_socket("gpu.nvidia.com", sock_dir))
+    endpoint = sock_dir / "dra.sock"
+    registrar = _Registrar(endpoint)
+    reg_server = grpc.aio.server()
+    reg_grpc.add_RegistrationServicer_to_server(registrar, reg_server)
+    assert reg_server.add_insecure_port(kubelet.unix_target(reg_sock)) > 0
+    dra_server = grpc.aio.server()
+    dra_grpc.add_DRAPluginServicer_to_server(_Driver(), dra_server)
+    assert dra_server.add_insecure_port(kubelet.unix_target(endpoint)) > 0
+    await reg_server.start()
+    await dra_server.start()
+    try:
+        # the kubelet's plugin watcher finds the socket, asks, and answers
+        async with grpc.aio.insecure_channel(kubelet.unix_target(reg_sock)) as channel:
+            stub = reg_grpc.RegistrationStub(channel)
+            info = await stub.GetInfo(reg.InfoRequest(), timeout=5)
+            assert (info.type, info.name, list(info.supported_versions)) == (
+                "DRAPlugin",
+                "gpu.nvidia.com",
+                ["v1.DRAPlugin", "v1beta1.DRAPlugin"],
+            )
+            await stub.NotifyRegistrationStatus(
+                reg.RegistrationStatus(plugin_registered=True), timeout=5
+            )
+        assert registrar.status.get_nowait().plugin_registered
+
+        async with grpc.aio.insecure_channel(kubelet.unix_target(info.endpoint)) as channel:
+            prepared = await dra_grpc.DRAPluginStub(channel).NodePrepareResources(
+                dra.NodePrepareResourcesRequest(
+                    claims=[
+                        dra.Claim(namespace="ml", uid="u1", name="c"),
+                        dra.Claim(namespace="ml", uid="u2", name="bad"),
+                    ]
+                ),
+                timeout=5,
+            )
+            assert list(prepared.claims["u1"].devices[0].cdi_device_ids) == [
+                "k8s.gpu.nvidia.com/claim=u1-gpu-0"
+            ]
+            assert prepared.claims["u2"].error == "no allocation"
+            unprepared = await dra_grpc.DRAPluginStub(channel).NodeUnprepareResources(
+                dra.NodeUnprepareResourcesRequest(claims=[dra.Claim(uid="u1")]), timeout=5
+            )
+            assert set(unprepared.claims) == {"u1"}
+            # the v1beta1 service is a different gRPC name: not served here
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await dra_beta_grpc.DRAPluginStub(channel).NodePrepareResources(
+                    dra_beta.NodePrepareResourcesRequest(), timeout=5
+                )
+            assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        await dra_server.stop(grace=None)
+        await reg_server.stop(grace=None)

@@ -1,0 +1,99 @@
+"""The transient CDI spec of one prepared claim (pure: returns the JSON document).
+
+Vendor `k8s.gpu.nvidia.com`, class `claim`, one spec file per claim named after its UID,
+one device per allocated device named `<claim uid>-<device>` (reference/dcgm-dra.md
+section 2.8 and gotcha 7). Each device's edits add its device nodes and say which GPU it is
+(`NVIDIA_VISIBLE_DEVICES=<uuid>`); the spec-wide edits carry what applies to the whole
+claim (the MPS pipe directory, the time-slice interval) and the control device nodes.
+Driver libraries and hooks are left to the container toolkit on the node, as in the device
+plugin's spec (`kubegpu.sharing.cdi`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubegpu.catalog import nvidia
+
+Json = dict[str, Any]
+
+CDI_VERSION = "0.6.0"
+#: Env var kubegpu sets in every claim's spec: which claim the devices came from.
+ENV_CLAIM = "KUBEGPU_DRA_CLAIM"
+#: Env var kubegpu sets for a TimeSlicing config: NVML has no compute-policy call in
+#: kubegpu's facade, so the interval is handed to the container instead (docs/dra.md).
+ENV_TIMESLICE_INTERVAL = "KUBEGPU_DRA_TIMESLICE_INTERVAL"
+
+
+def spec_file_name(claim_uid: str) -> str:
+    """`k8s.gpu.nvidia.com-claim_<uid>.json`, the CDI library's name for a transient spec."""
+    return f"{nvidia.CDI_CLAIM_VENDOR}-{nvidia.CDI_CLAIM_CLASS}_{claim_uid}.json"
+
+
+def device_name(claim_uid: str, device: str) -> str:
+    return f"{claim_uid}-{device}"
+
+
+def cdi_id(claim_uid: str, device: str) -> str:
+    """`k8s.gpu.nvidia.com/claim=<uid>-gpu-0`: what the kubelet hands to the runtime."""
+    return f"{nvidia.CDI_CLAIM_KIND}={device_name(claim_uid, device)}"
+
+
+@dataclass(frozen=True)
+class SpecDevice:
+    """One allocated device, with what its container edits need."""
+
+    name: str  # the published device name, e.g. gpu-0
+    uuid: str  # GPU or MIG UUID
+    device_nodes: tuple[str, ...]
+
+
+def _host(root: str, path: str) -> str:
+    return path if root in ("", "/") else f"{root.rstrip('/')}{path}"
+
+
+def _nodes(paths: Sequence[str], dev_root: str) -> list[Json]:
+    return [{"path": p, "hostPath": _host(dev_root, p)} for p in paths]
+
+
+def claim_spec(
+    claim_uid: str,
+    devices: Sequence[SpecDevice],
+    env: Mapping[str, str] | None = None,
+    mounts: Sequence[str] = (),
+    control_devices: Sequence[str] = (),
+    dev_root: str = "/",
+) -> Json:
+    """The spec document of one claim. `env`: claim-wide variables; `mounts`: host
+    directories the containers see at the same path (the MPS pipe directory)."""
+    seen: set[str] = set()
+    out_devices = []
+    for d in devices:
+        if d.name in seen:
+            continue
+        seen.add(d.name)
+        out_devices.append(
+            {
+                "name": device_name(claim_uid, d.name),
+                "containerEdits": {
+                    "env": [f"{nvidia.NVIDIA_VISIBLE_DEVICES}={d.uuid}"],
+                    "deviceNodes": _nodes(d.device_nodes, dev_root),
+                },
+            }
+        )
+    common: Json = {"env": [f"{k}={v}" for k, v in sorted((env or {}).items())]}
+    if control_devices:
+        common["deviceNodes"] = _nodes(control_devices, dev_root)
+    if mounts:
+        common["mounts"] = [
+            {"hostPath": m, "containerPath": m, "options": ["rw", "nosuid", "nodev", "bind"]}
+            for m in mounts
+        ]
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": nvidia.CDI_CLAIM_KIND,
+        "devices": out_devices,
+        "containerEdits": common,
+    }

@@ -1,0 +1,322 @@
+"""NodePrepareResources / NodeUnprepareResources: claims into CDI specs, and back.
+
+Per claim, in this order, so that a crash at any point is repaired by the next call:
+
+1. a claim already `PrepareCompleted` in the checkpoint returns its stored devices (the
+   kubelet retries calls it got no answer for);
+2. a claim left `PrepareStarted` (the plugin died while preparing it) is rolled back;
+3. the claim is read from the API server and planned (`claims.plan_claim`): any problem is
+   the claim's error and nothing is changed;
+4. the checkpoint says `PrepareStarted`; the MPS daemon (if the config asks for one) is
+   started and the CDI spec written; the checkpoint says `PrepareCompleted`.
+
+Unprepare stops the MPS daemon, deletes the CDI spec and forgets the claim; a claim the
+plugin does not know is already unprepared. One claim at a time: an asyncio lock in the
+process and a file lock beside the checkpoint against a second plugin process (a rolling
+update), as upstream takes a node-wide lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from filelock import FileLock, Timeout
+
+from kubegpu.catalog import nvidia
+from kubegpu.dra.cdi import SpecDevice, cdi_id, claim_spec, spec_file_name
+from kubegpu.dra.checkpoint import CheckpointFile, ClaimRecord, PreparedDevice, State
+from kubegpu.dra.claims import ClaimError, ClaimPlan, ClaimRef, plan_claim
+from kubegpu.dra.config import FeatureGates
+from kubegpu.dra.dynamic import MigDeviceError, MigWriter
+from kubegpu.dra.slices import DraDevice
+from kubegpu.node.mps import MpsBackend
+from kubegpu.sharing.cdi import MIG_MINORS, read_mig_minors
+from kubegpu.sharing.mps import MpsLimit, MpsResource
+
+Json = dict[str, Any]
+#: Reads a claim (namespace, name) from the API server; None when it does not exist.
+ClaimReader = Callable[[str, str], Awaitable[Json | None]]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+LOCK_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The answer for one claim: its devices, or an error (then devices are empty)."""
+
+    devices: tuple[PreparedDevice, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class PrepareSettings:
+    node_name: str
+    plugin_dir: Path  # <plugins>/gpu.nvidia.com: checkpoint, MPS directories
+    cdi_root: Path
+    gates: FeatureGates = field(default_factory=FeatureGates)
+    driver_root: Path = Path("/")
+    dev_root: str = "/"
+    control_devices: tuple[str, ...] = ()
+
+
+class Preparer:
+    def __init__(
+        self,
+        settings: PrepareSettings,
+        read_claim: ClaimReader,
+        published: Callable[[], Mapping[str, DraDevice]],
+        mps: MpsBackend,
+        mig: MigWriter | None = None,
+    ) -> None:
+        self.settings = settings
+        self.mig = mig
+        self.read_claim = read_claim
+        self.published = published
+        self.mps = mps
+        self.checkpoint = CheckpointFile(settings.plugin_dir / "checkpoint.json")
+        self._lock = asyncio.Lock()
+        self._file_lock = FileLock(str(settings.plugin_dir / "checkpoint.lock"))
+
+    # -- the two calls --------------------------------------------------------------------
+    async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
+        return {ref.uid: await self._prepare_one(ref) for ref in refs}
+
+    async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
+        out = {}
+        for ref in refs:
+            try:
+                async with self._lock:
+                    await asyncio.to_thread(self._under_file_lock, self._unprepare, ref.uid)
+                out[ref.uid] = Outcome()
+            except (ClaimError, MigDeviceError, OSError) as exc:
+                log.warning("unprepare of claim %s failed: %s", ref, exc)
+                out[ref.uid] = Outcome(error=f"claim {ref}: {exc}")
+        return out
+
+    # -- prepare --------------------------------------------------------------------------
+    async def _prepare_one(self, ref: ClaimRef) -> Outcome:
+        try:
+            async with self._lock:
+                done = await asyncio.to_thread(self._under_file_lock, self._completed, ref.uid)
+            if done is not None:
+                return Outcome(devices=done)
+            claim = await self._read(ref)
+            async with self._lock:
+                devices = await asyncio.to_thread(
+                    self._under_file_lock, self._prepare_locked, claim, ref
+                )
+            return Outcome(devices=devices)
+        except (ClaimError, MigDeviceError) as exc:
+            log.warning("%s", exc)
+            return Outcome(error=str(exc))
+        except Exception as exc:
+            log.exception("prepare of claim %s failed", ref)
+            return Outcome(error=f"claim {ref}: {type(exc).__name__}: {exc}")
+
+    async def _read(self, ref: ClaimRef) -> Json:
+        try:
+            claim = await self.read_claim(ref.namespace, ref.name)
+        except Exception as exc:
+            raise ClaimError(f"claim {ref}: cannot read it from the API server: {exc}") from None
+        if claim is None:
+            raise ClaimError(f"claim {ref}: not found in the API server")
+        return claim
+
+    def _under_file_lock(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` in a worker thread, holding the file lock (NVML and MIG lock waits
+        must not stall the event loop that serves the kubelet)."""
+        with self._locked():
+            return fn(*args)
+
+    def _prepare_locked(self, claim: Json, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
+        done = self._completed(ref.uid)
+        if done is not None:
+            return done
+        plan = plan_claim(
+            claim, ref, self.settings.node_name, self.published(), self.settings.gates
+        )
+        return self._apply(plan)
+
+    def created_placements(self) -> set[tuple[int, int, int]]:
+        """The dynamic MIG devices the plugin created (or is creating) for claims."""
+        return {
+            d.dynamic_mig
+            for record in self.checkpoint.load().claims.values()
+            for d in record.devices
+            if d.dynamic_mig is not None
+        }
+
+    def _completed(self, uid: str) -> tuple[PreparedDevice, ...] | None:
+        """The stored devices of a finished claim; a half-prepared one is rolled back."""
+        record = self.checkpoint.load().claims.get(uid)
+        if record is None:
+            return None
+        if record.completed:
+            return record.devices
+        log.warning(
+            "claim %s/%s was left half prepared (the plugin stopped while preparing it): "
+            "rolling it back",
+            record.namespace,
+            record.name,
+        )
+        self._unprepare(uid)
+        return None
+
+    def _apply(self, plan: ClaimPlan) -> tuple[PreparedDevice, ...]:
+        ref, s = plan.ref, self.settings
+        if any(d.device.dynamic for d in plan.devices) and self.mig is None:
+            raise ClaimError(f"claim {ref}: dynamic MIG devices need the DynamicMIG gate")
+        devices = tuple(
+            PreparedDevice(
+                request_names=(d.request,),
+                pool=s.node_name,
+                device=d.device.name,
+                cdi_ids=(cdi_id(ref.uid, d.device.name),),
+                uuid=d.device.uuid,
+                dynamic_mig=(d.device.gpu_index, d.device.gi_profile_id, d.device.start)
+                if d.device.dynamic
+                else None,
+            )
+            for d in plan.devices
+        )
+        mps_dir = self._mps_directory(ref.uid) if plan.mps else None
+        record = ClaimRecord(
+            uid=ref.uid,
+            namespace=ref.namespace,
+            name=ref.name,
+            state=State.PREPARE_STARTED,
+            devices=devices,
+            mps_directory=str(mps_dir or ""),
+        )
+        cp = self.checkpoint.load()
+        self.checkpoint.save(cp.with_claim(record))
+        created: list[tuple[int, int, int]] = []
+        try:
+            spec_devices, devices = self._create_migs(plan, devices, created)
+            env = dict(plan.env)
+            mounts = []
+            if plan.mps is not None and mps_dir is not None:
+                pipe = mps_dir / "pipe"
+                for sub in (pipe, mps_dir / "log"):
+                    sub.mkdir(parents=True, exist_ok=True)
+                self.mps.start(plan.mps, mps_dir)
+                env[nvidia.CUDA_MPS_PIPE_DIRECTORY] = str(pipe)
+                mounts.append(str(pipe))
+            spec = claim_spec(
+                ref.uid,
+                spec_devices,
+                env=env,
+                mounts=mounts,
+                control_devices=s.control_devices,
+                dev_root=s.dev_root,
+            )
+            self._write_spec(ref.uid, spec)
+        except Exception:
+            # destroy only what this call created: a placement that could not be created
+            # may hold somebody else's MIG device
+            if self.mig is not None:
+                for placement in created:
+                    self.mig.destroy(*placement)
+            self._unprepare(ref.uid, migs=False)
+            raise
+        self.checkpoint.save(
+            self.checkpoint.load().with_claim(
+                ClaimRecord(
+                    uid=record.uid,
+                    namespace=record.namespace,
+                    name=record.name,
+                    state=State.PREPARE_COMPLETED,
+                    devices=devices,
+                    mps_directory=record.mps_directory,
+                )
+            )
+        )
+        log.info("prepared claim %s: %s", ref, ", ".join(f"{d.device}" for d in devices))
+        return devices
+
+    def _create_migs(
+        self,
+        plan: ClaimPlan,
+        devices: tuple[PreparedDevice, ...],
+        created: list[tuple[int, int, int]],
+    ) -> tuple[list[SpecDevice], tuple[PreparedDevice, ...]]:
+        """Create the claim's dynamic MIG devices (each one created is added to `created`);
+        the CDI devices and the prepared devices with the new UUIDs."""
+        spec: list[SpecDevice] = []
+        out: list[PreparedDevice] = []
+        for a, p in zip(plan.devices, devices, strict=True):
+            d = a.device
+            gi, ci, prepared = d.gpu_instance_id, d.compute_instance_id, p
+            if d.dynamic and self.mig is not None:
+                uuid, gi, ci = self.mig.create(d.gpu_index, d.gi_profile_id, d.start)
+                created.append((d.gpu_index, d.gi_profile_id, d.start))
+                prepared = replace(p, uuid=uuid)
+            spec.append(SpecDevice(d.name, prepared.uuid, self._nodes(d, gi, ci)))
+            out.append(prepared)
+        return spec, tuple(out)
+
+    def _nodes(self, device: DraDevice, gi: int, ci: int) -> tuple[str, ...]:
+        gpu = f"/dev/nvidia{device.gpu_minor}"
+        if device.kind != "mig":
+            return (gpu,)
+        table = read_mig_minors(self.settings.driver_root / MIG_MINORS)
+        prefix = f"gpu{device.gpu_minor}/gi{gi}"
+        keys = (f"{prefix}/access", f"{prefix}/ci{ci}/access")
+        return (gpu, *(f"/dev/nvidia-caps/nvidia-cap{table[k]}" for k in keys if k in table))
+
+    def _mps_directory(self, uid: str) -> Path:
+        return self.settings.plugin_dir / "mps" / uid
+
+    def _spec_path(self, uid: str) -> Path:
+        return self.settings.cdi_root / spec_file_name(uid)
+
+    def _write_spec(self, uid: str, spec: Json) -> None:
+        path = self._spec_path(uid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(spec, indent=1) + "\n")
+        os.replace(tmp, path)
+
+    # -- unprepare ------------------------------------------------------------------------
+    def _unprepare(self, uid: str, migs: bool = True) -> None:
+        """Undo whatever part of the claim exists; forget it last. A claim left half
+        prepared by a plugin that died may have created its dynamic MIG devices or not:
+        whatever sits at their placements goes (`migs`)."""
+        cp = self.checkpoint.load()
+        record = cp.claims.get(uid)
+        if record is not None and record.mps_directory:
+            directory = Path(record.mps_directory)
+            # the backend stops by UUID; the limits themselves no longer matter
+            limits = tuple(MpsLimit(-1, d.uuid, 1, 0, 0) for d in record.devices)
+            self.mps.stop(MpsResource(f"claim {record.namespace}/{record.name}", limits), directory)
+            shutil.rmtree(directory, ignore_errors=True)
+        for d in record.devices if record is not None else ():
+            if migs and d.dynamic_mig is not None and self.mig is not None:
+                self.mig.destroy(*d.dynamic_mig)
+        self._spec_path(uid).unlink(missing_ok=True)
+        if record is not None:
+            self.checkpoint.save(cp.without(uid))
+            log.info("unprepared claim %s/%s", record.namespace, record.name)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        try:
+            with self._file_lock.acquire(timeout=LOCK_TIMEOUT_S):
+                yield
+        except Timeout:
+            raise ClaimError(
+                f"another process holds {self._file_lock.lock_file} for over "
+                f"{LOCK_TIMEOUT_S:.0f}s (a second DRA plugin on this node?)"
+            ) from None
