@@ -110,3 +110,12 @@ def test_unconfirmed_mig_needs_the_flag(tmp_path: Path) -> None:
     code, out, _ = run("plan", "-f", str(f), "--json", "--allow-unconfirmed-mig")
     assert code == 0
     assert json.loads(out)["workloads"][0]["method"] == "mig"
+
+
+def test_out_onto_a_file_is_refused_before_any_work(tmp_path: Path) -> None:
+    target = tmp_path / "plan.txt"
+    target.write_text("keep me\n")
+    code, _, err = run("plan", "-f", str(EXAMPLE), "--out", str(target))
+    assert code == 1
+    assert f"--out {target}: is a file" in err
+    assert target.read_text() == "keep me\n"

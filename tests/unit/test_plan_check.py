@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kubegpu.plan import emit, make_plan, parse_data
+from kubegpu.plan import emit, make_plan, parse_data, result
 from kubegpu.plan.check import check_plan, check_values
 from kubegpu.plan.inputs import PlanInput
 from kubegpu.plan.result import Plan
@@ -76,3 +76,41 @@ def test_an_unknown_strategy_in_the_values_is_caught(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(emit, "cluster_strategy", lambda plan: "maybe")
     problems = check_plan(inp, plan)
     assert any("mig.strategy 'maybe'" in p for p in problems), problems
+
+
+MIXED_NODE = [{"name": "mixed", "gpus": "h100-80gb:2,l4:2", "driver": "550.90.07"}]
+WHOLE_JOB = [{"name": "job", "replicas": 2, "memory": "40GiB", "kind": "training"}]
+MPS_SERVICE = [
+    {"name": "svc", "replicas": 20, "memory": "6GiB", "compute": 0.05, "isolation": "memory"}
+]
+
+
+@pytest.mark.parametrize("mix", [WHOLE_JOB, MPS_SERVICE], ids=["whole", "mps"])
+def test_a_node_with_two_models_names_them_apart(
+    mix: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inp, plan = _plan({"fleet": MIXED_NODE, "workloads": mix})
+    assert plan.node("mixed").renamed == ["h100-80gb", "l4"]
+    assert check_plan(inp, plan) == []
+    (resource,) = plan.workloads[0].resources
+    assert resource.startswith("nvidia.com/gpu-")
+    # one name for every model, as before: a pod may land on a card that cannot hold it
+    monkeypatch.setattr(result, "_rename", lambda *args: None)
+    inp, plan = _plan({"fleet": MIXED_NODE, "workloads": mix})
+    problems = check_plan(inp, plan)
+    assert any("also advertises on l4 GPUs" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(("driver", "gpus"), [("470.82.01", 2), ("535.54.03", 1)])
+def test_layouts_follow_the_driver(driver: str, gpus: int) -> None:
+    """4g.20gb + 3g.20gb on one A100 needs R510 (mig-hardware.md)."""
+    services = [
+        {"name": "big", "memory": "18GiB", "compute": 0.5},
+        {"name": "mid", "memory": "18GiB", "compute": 0.35},
+    ]
+    inp, plan = _plan(
+        {"fleet": [{"name": "n", "gpus": "a100-40gb:2", "driver": driver}], "workloads": services}
+    )
+    assert check_plan(inp, plan) == []
+    assert plan.complete
+    assert plan.gpus_used == gpus

@@ -18,6 +18,8 @@ from kubegpu.plan.core import (
     solve,
     verify,
 )
+from kubegpu.plan.core.classes import floored, solve_classes
+from kubegpu.plan.core.exact import Model, solve_exact
 from kubegpu.plan.core.solution import BinPlan, Placement, Solution
 
 ANY = frozenset({"plain", "share"})
@@ -142,3 +144,48 @@ def test_reporter_hears_every_decision() -> None:
     assert events[0] == "start exact"
     assert "choose train whole 2/2" in events
     assert any(e.startswith("configure") for e in events)
+
+
+def test_the_class_programme_matches_the_per_bin_one() -> None:
+    problem = Problem.compile(Toy())
+    by_class = solve_classes(problem)
+    assert by_class is not None
+    assert verify(problem, by_class) == []
+    per_bin = solve_exact(problem)
+    assert by_class.optimal and per_bin.optimal
+    assert by_class.objective == pytest.approx(per_bin.objective)
+
+
+def test_the_first_phase_drops_tie_breakers_and_never_raises_a_cost() -> None:
+    m = Model([1.001, 0.001, -16.99998, 2.35, 0.0], [0.0] * 5, [1.0] * 5, [True] * 5, [])
+    rough = floored(m)
+    assert rough is not None
+    assert rough.cost == pytest.approx([1.0, 0.0, -17.0, 2.35, 0.0])
+    # rounded down, so the first phase's bound also bounds the true costs
+    assert all(r <= c for r, c in zip(rough.cost, m.cost, strict=True))
+    assert m.cost[0] == 1.001  # the model itself is left as it was
+    assert floored(Model([1.0, -17.0], [0.0] * 2, [1.0] * 2, [True] * 2, [])) is None
+
+
+def test_the_tie_breakers_still_decide_between_plans_of_equal_size() -> None:
+    # two items take one unit either way (big2 or small7); only a tie-breaking option cost,
+    # which the first phase rounds away, says "small" is better
+    svc = Demand("svc", 2, 10, ("big", "small"), option_costs=(0.0005, 0.0))
+    problem = Problem.compile(Toy(bins=1, demands=[svc]))
+    by_class = solve_classes(problem)
+    assert by_class is not None and by_class.optimal
+    assert by_class.chosen == [1]
+    assert by_class.objective == pytest.approx(solve_exact(problem).objective)
+
+
+def test_items_that_do_not_pack_by_class_fall_back_to_the_per_bin_programme() -> None:
+    class Threes(Toy):
+        def uses(self, demand: Demand, option: str, bin: Bin) -> Sequence[Use]:
+            return [Use("whole", 3)]
+
+    # 16 units hold 5 items of 3 in sum, but an 8-unit bin holds only 2 of them
+    problem = Problem.compile(Threes(bins=2, demands=[Demand("train", 5, 100, ("whole",))]))
+    assert solve_classes(problem) is None
+    _, sol = solve(Threes(bins=2, demands=[Demand("train", 5, 100, ("whole",))]), method="exact")
+    assert verify(problem, sol) == []
+    assert sol.unplaced(problem) == [1]

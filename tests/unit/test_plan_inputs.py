@@ -141,3 +141,20 @@ def test_files_merge(tmp_path: Path) -> None:
     assert [w.name for w in inp.workloads] == ["w"]
     with pytest.raises(PlanInputError, match="cannot read"):
         load_input([tmp_path / "missing.yaml"])
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_infinite_or_nan_priorities_are_refused(value: float) -> None:
+    with pytest.raises(PlanInputError) as err:
+        parse_data(data(priority=value), "in.yaml")
+    assert "priority" in str(err.value)
+
+
+def test_an_infinite_card_price_is_refused() -> None:
+    inp = {
+        "buy": [{"name": "box", "model": "l4", "card_price": float("inf"), "max_cards": 8}],
+        "workloads": [{"name": "w", "memory": "8GiB"}],
+    }
+    with pytest.raises(PlanInputError) as err:
+        parse_data(inp, "in.yaml")
+    assert "card_price" in str(err.value)

@@ -3,7 +3,7 @@ file validates, and each scenario's expected properties hold.
 
 Each file is a planner input plus `description` and `expect`:
 complete, methods, profiles, strategy, sharing, left, no_card, suggests, suggestion (workload
--> text one suggestion contains), max_gpus, max_cost,
+-> text one suggestion contains), resources (workload -> its request), max_gpus, max_cost,
 prerequisite (node -> text), reason (a rule id the reporter cites), warning, large.
 Scenarios 0x-3x run the default solver (or the one their options name); generated medium and large
 fleets run the heuristic, which is what `auto` uses at that size.
@@ -63,6 +63,8 @@ def test_scenario(path: Path) -> None:
         assert plan.workload(name).left_reason.startswith("no card in the fleet can serve it")
     for name in expect.get("suggests", []):
         assert plan.workload(name).suggestions, name
+    for name, resources in expect.get("resources", {}).items():
+        assert plan.workload(name).resources == resources, name
     for name, text in expect.get("suggestion", {}).items():
         assert any(text in s for s in plan.workload(name).suggestions), plan.workload(name)
     if "max_gpus" in expect:

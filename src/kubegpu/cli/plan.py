@@ -116,6 +116,8 @@ def plan(
         updates["mig_strategy"] = mig_strategy
     if updates:
         inp = inp.model_copy(update={"options": inp.options.model_copy(update=updates)})
+    if out is not None and out.exists() and not out.is_dir():
+        fail(f"--out {out}: is a file; give a directory (it is created if missing)")
     method: Literal["auto", "exact", "heuristic"] | None = solver  # type: ignore[assignment]
     try:
         result = make_plan(inp, solver=method)
@@ -123,11 +125,14 @@ def plan(
         fail(str(exc))
     written = render(result)
     if out is not None:
-        for rel, text in written.items():
-            path = out / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        (out / "label-nodes.sh").chmod(0o755)
+        try:
+            for rel, text in written.items():
+                path = out / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            (out / "label-nodes.sh").chmod(0o755)
+        except OSError as exc:
+            fail(f"--out {out}: cannot write the plan's files: {exc.strerror or exc}")
     if as_json:
         typer.echo(json.dumps(plan_json(result), indent=2))
     else:
@@ -150,14 +155,19 @@ def plan(
             console.print(f"to buy: {', '.join(parts)}")
         gpus = f"{result.gpus_used} GPUs used"
         cost = f", cost {result.cost:,.0f}" if result.cost else ""
-        proof = (
-            "optimal"
-            if result.optimal
-            else "heuristic"
-            if result.solver == "heuristic"
-            else "best found"
-        )
-        console.print(f"{gpus}{cost}; {proof} plan ({result.note})")
+        if result.optimal:
+            proof = "optimal plan"
+        elif result.solver == "heuristic":
+            proof = "heuristic plan"
+        elif result.bound is not None:
+            # the time limit stopped the exact solver: say how far from optimal it may be
+            proof = (
+                f"plan not proven optimal: objective {result.objective:.4g}, "
+                f"lower bound {result.bound:.4g}"
+            )
+        else:
+            proof = "plan not proven optimal"
+        console.print(f"{gpus}{cost}; {proof} ({result.note})")
         if out is not None:
             console.print(f"wrote {len(written)} files to {out}")
     if explain:

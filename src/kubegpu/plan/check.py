@@ -24,11 +24,18 @@ from kubegpu.mig.geometry import LayoutError, PlacedInstance, validate_layout
 from kubegpu.mig.targets import NodeGpu, plan_node
 from kubegpu.plan import rules
 from kubegpu.plan.emit import render
-from kubegpu.plan.inputs import PlanInput
-from kubegpu.plan.result import SHARED_RESOURCE, NodePlan, Plan
-from kubegpu.sharing.config import SharingConfigError
+from kubegpu.plan.inputs import PlanInput, Workload
+from kubegpu.plan.result import SHARED_RESOURCE, NodePlan, Plan, WorkloadPlan
+from kubegpu.sharing.config import SHARED_SUFFIX, SharingConfigError
 from kubegpu.sharing.config import parse_config as parse_plugin_config
-from kubegpu.sharing.devices import GPU_RESOURCE, GpuFacts, MigFacts, StrategyError, advertise
+from kubegpu.sharing.devices import (
+    GPU_RESOURCE,
+    Advertised,
+    GpuFacts,
+    MigFacts,
+    StrategyError,
+    advertise,
+)
 
 VALUES_FILE = "clusterpolicy-values.yaml"
 
@@ -52,9 +59,11 @@ def check_plan(inp: PlanInput, plan: Plan) -> list[str]:
         for name in wp.nodes:
             n = nodes[name]
             problems += _check_on_node(w, wp.method, wp.profile, n)
+    drivers = _drivers(inp)
     for n in plan.nodes:
-        problems += _check_node(n, {name: workloads[name] for name in n.workloads}, plan)
-    problems += _check_files(plan)
+        driver = drivers.get(n.bought or n.name)
+        problems += _check_node(n, {name: workloads[name] for name in n.workloads}, plan, driver)
+    problems += _check_files(plan, workloads)
     return problems
 
 
@@ -88,7 +97,20 @@ def _check_on_node(w, method: str, profile: str | None, n: NodePlan) -> list[str
     return out
 
 
-def _check_node(n: NodePlan, workloads: dict, plan: Plan) -> list[str]:  # type: ignore[type-arg]
+def _drivers(inp: PlanInput) -> dict[str, str | None]:
+    """Each node's driver (by node name; bought servers by server type)."""
+    out: dict[str, str | None] = {st.name: st.driver for st in inp.buy}
+    for spec in inp.fleet:
+        names = (
+            [spec.name]
+            if spec.count == 1
+            else [f"{spec.name}-{i}" for i in range(1, spec.count + 1)]
+        )
+        out.update(dict.fromkeys(names, spec.driver))
+    return out
+
+
+def _check_node(n: NodePlan, workloads: dict, plan: Plan, driver: str | None) -> list[str]:  # type: ignore[type-arg]
     out = []
     mig_gpus = [g for g in n.gpus if g.mig_enabled]
     if n.sharing == "mps" and mig_gpus:
@@ -116,7 +138,7 @@ def _check_node(n: NodePlan, workloads: dict, plan: Plan) -> list[str]:  # type:
             start = int(at.split(":")[0])
             layout.append(PlacedInstance(start, model.mig.profile(name)))
         try:
-            validate_layout(model, layout)
+            validate_layout(model, layout, driver)
         except LayoutError as exc:
             out.append(f"{n.name}: GPU {g.index}: {exc} (rule mig-placeable)")
         if Counter(pi.profile.name for pi in layout) != Counter(g.mig):
@@ -198,7 +220,32 @@ def check_values(
     return out, strategy
 
 
-def _check_files(plan: Plan) -> list[str]:
+def _enforceable(
+    n: NodePlan, adv: Advertised, workloads: dict[str, Workload], wp_by: dict[str, WorkloadPlan]
+) -> list[str]:
+    """The scheduler may give a pod any device advertised under the name it requests: each
+    such device must hold the workload (a node with several models must keep them apart)."""
+    out = []
+    models = {g.index: get_model(g.model) for g in n.gpus}
+    for name, w in workloads.items():
+        for res in wp_by[name].resources:
+            replicas = adv.replicas.get(res, 1)
+            for model in sorted({models[d.gpu].id for d in adv.resources.get(res, ())}):
+                m = get_model(model)
+                if any(d.mig is not None for d in adv.resources[res]):
+                    continue  # MIG devices: the profile, checked by the layout rules
+                why = rules.whole_rejection(w, m)
+                if why is None and replicas > 1 and rules.replicas_for(w, m) < replicas:
+                    why = f"{replicas} replicas per {model} leave it less than it needs"
+                if why:
+                    out.append(
+                        f"{n.name}: {name} requests {res}, which the device plugin also "
+                        f"advertises on {model} GPUs: {why}"
+                    )
+    return out
+
+
+def _check_files(plan: Plan, workloads: dict[str, Workload]) -> list[str]:
     out: list[str] = []
     files = render(plan)
     try:
@@ -276,10 +323,11 @@ def _check_files(plan: Plan) -> list[str]:
                 )
         if (
             n.sharing != "none"
-            and SHARED_RESOURCE not in counts
+            and not any(res.endswith(SHARED_SUFFIX) for res in counts)
             and any(g.role == "shared" for g in n.gpus)
         ):
             out.append(f"{n.name}: shares but advertises no {SHARED_RESOURCE}")
+        out += _enforceable(n, adv, {k: workloads[k] for k in n.workloads}, wp_by)
         if n.mig_strategy == "single" and counts.get(GPU_RESOURCE, 0) == 0 and n.workloads:
             out.append(f"{n.name}: single strategy advertises no {GPU_RESOURCE}")
     return out

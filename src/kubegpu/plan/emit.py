@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from kubegpu.catalog import get_model, nvidia
-from kubegpu.plan.result import MPS_ROOT, NodePlan, Plan, plan_json
+from kubegpu.plan.result import MPS_ROOT, NodePlan, Plan, model_resource, plan_json
 from kubegpu.sharing.devices import GPU_RESOURCE
 
 NAMESPACE = "gpu-operator"
@@ -35,10 +35,23 @@ def device_plugin_config(node: NodePlan) -> tuple[str, dict[str, Any]]:
     flags: dict[str, Any] = {"migStrategy": node.mig_strategy}
     data: dict[str, Any] = {"version": "v1", "flags": flags}
     name = f"plan-{node.mig_strategy}"
+    if node.renamed:
+        # each model's full GPUs under their own name (matched by NVML product name)
+        data["resources"] = {
+            "gpus": [
+                {"pattern": get_model(m).product_name, "name": model_resource(m)}
+                for m in node.renamed
+            ]
+        }
+        name += "-" + "-".join(node.renamed)
     if node.sharing != "none":
+        shared = sorted({g.model for g in node.gpus if g.role == "shared"})
+        names = [model_resource(m) if m in node.renamed else GPU_RESOURCE for m in shared]
         replicated = {
             "renameByDefault": True,
-            "resources": [{"name": GPU_RESOURCE, "replicas": node.replicas}],
+            "resources": [
+                {"name": n, "replicas": node.replicas} for n in sorted(set(names or [GPU_RESOURCE]))
+            ],
         }
         if node.sharing == "mps":
             flags["mpsRoot"] = MPS_ROOT

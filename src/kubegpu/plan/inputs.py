@@ -157,7 +157,8 @@ StrictBool = Annotated[bool, Strict()]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan are not prices, priorities or time limits (issue 13: they were accepted)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class CurrentGpu(_Strict):

@@ -3,8 +3,12 @@ whatever did not fit."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from kubegpu.catalog import all_models
 from kubegpu.plan import core, rules
+from kubegpu.plan.core.heuristic import solve_heuristic
 from kubegpu.plan.emit import assign_configs
 from kubegpu.plan.inputs import FleetNode, PlanInput, ServerType, Workload
 from kubegpu.plan.provider import GpuProvider
@@ -14,6 +18,10 @@ from kubegpu.plan.result import Plan, WorkloadPlan, build_plan
 # Growing the fleet to find the smallest addition that fits the leftovers: at most this
 # many extra nodes of one shape are tried.
 MAX_EXTRA_NODES = 256
+# All "would fit with" searches of one plan together stop after this many seconds.
+SUGGEST_BUDGET_S = 10.0
+# Cards tried, smallest first, for a workload no card in the fleet can serve.
+MAX_CARDS_TRIED = 12
 
 
 def make_plan(
@@ -29,24 +37,36 @@ def make_plan(
     problem, sol = core.solve(provider, rep, method=method, time_limit=inp.options.time_limit)
     plan = build_plan(provider, problem, sol, rep)
     assign_configs(plan)
-    servable = {problem.demands[d].key for d, _o, _b in problem.uses}
-    for wp in plan.workloads:
-        if wp.left:
-            _explain_leftover(inp, provider, wp, rep, suggest, wp.name in servable)
+    servable = {problem.demands[d].key for d, _o in problem.offered()}
+    deadline = time.monotonic() + SUGGEST_BUDGET_S if suggest else None
+    left = [wp for wp in plan.workloads if wp.left]
+    for wp in left:
+        _explain_leftover(inp, provider, wp, rep, deadline, wp.name in servable)
+    if deadline is None or not left:
+        return plan
+    # then the dearer search (the whole fleet again) for looser isolation, while time is left
+    for wp in left:
+        relaxed = _relaxed_isolation(inp, provider.workloads[wp.name], deadline)
+        if relaxed:
+            wp.suggestions.append(relaxed)
+            rep.note(f"workload {wp.name}", "", f"would fit with: {relaxed}")
+    if time.monotonic() > deadline:
+        rep.note(
+            "plan",
+            "",
+            f"the search for changes that fit the leftovers stopped after {SUGGEST_BUDGET_S:.0f} s",
+        )
     return plan
 
 
-def placed_all(inp: PlanInput, names: set[str]) -> bool:
-    """Whether the heuristic places every replica of these workloads for this input."""
+def placed_all(inp: PlanInput, names: set[str], deadline: float | None = None) -> bool:
+    """Whether the heuristic places every replica of these workloads for this input: the
+    same provider, so the same rules, as a plan."""
     provider = GpuProvider(inp, PlanReporter())
     problem = core.Problem.compile(provider)
-    sol = core.solve_problem(problem, method="heuristic")
+    sol = solve_heuristic(problem, deadline=deadline)
     left = sol.unplaced(problem)
     return all(left[i] == 0 for i, d in enumerate(problem.demands) if d.key in names)
-
-
-def _serving_methods(provider: GpuProvider, w: Workload) -> list[str]:
-    return [m for m in provider.methods[w.name] if m != "mig" or provider.mig_profiles.get(w.name)]
 
 
 def _why_no_card(provider: GpuProvider, w: Workload) -> str:
@@ -70,9 +90,11 @@ def _explain_leftover(
     provider: GpuProvider,
     wp: WorkloadPlan,
     rep: PlanReporter,
-    suggest: bool,
+    deadline: float | None,
     servable: bool,
 ) -> None:
+    """Why replicas are left over and, until `deadline` (None: no search), what would fit
+    them."""
     w = provider.workloads[wp.name]
     subject = f"workload {w.name}"
     if not servable:
@@ -80,53 +102,74 @@ def _explain_leftover(
     else:
         wp.left_reason = f"not enough room: {wp.left} of {wp.replicas} replicas do not fit"
     rep.note(subject, "", wp.left_reason)
-    if not suggest:
+    if deadline is None:
         return
-    for text in _suggestions(inp, provider, w, servable):
+    for text in _suggestions(inp, provider, w, wp.left, servable, deadline):
         wp.suggestions.append(text)
         rep.note(subject, "", f"would fit with: {text}")
 
 
-def _suggestions(inp: PlanInput, provider: GpuProvider, w: Workload, servable: bool) -> list[str]:
+def _leftovers(inp: PlanInput, w: Workload, left: int, **update: object) -> PlanInput:
+    """The replicas left over, alone, on the given fleet: a change that fits them there
+    fits them next to the plan as it stands (the search is incremental)."""
+    rest = w.model_copy(update={"replicas": left})
+    return inp.model_copy(update={"fleet": (), "buy": (), "workloads": (rest,), **update})
+
+
+def _suggestions(
+    inp: PlanInput, provider: GpuProvider, w: Workload, left: int, servable: bool, deadline: float
+) -> list[str]:
     out: list[str] = []
     if servable:
-        grow = _grow_fleet(inp, w)
+        grow = _grow_fleet(inp, w, left, deadline)
         if grow:
             out.append(grow)
     else:
-        bigger = [m for m in all_models() if rules.whole_rejection(w, m) is None]
-        if bigger:
-            best = min(bigger, key=lambda m: (m.memory_mib, m.id))
-            out.append(
-                f"a card with room for it, such as {best.id} ({best.memory_mib / 1024:.0f} GiB)"
-            )
+        card = _card_for(inp, w, left, deadline)
+        if card:
+            out.append(card)
         most = max((m.memory_mib for n in provider.nodes for m in n.models), default=0)
         if w.memory_mib > most and most:
             out.append(f"memory: {most // 1024}GiB or less per GPU (the largest card in the fleet)")
-    relaxed = _relaxed_isolation(inp, w)
-    if relaxed:
-        out.append(relaxed)
     return out
 
 
-def _relaxed_isolation(inp: PlanInput, w: Workload) -> str | None:
+def _card_for(inp: PlanInput, w: Workload, left: int, deadline: float) -> str | None:
+    """The smallest card a node of which would serve it, checked by planning on it."""
+    fits = sorted(
+        (m for m in all_models() if rules.whole_rejection(w, m) is None),
+        key=lambda m: (m.memory_mib, m.id),
+    )
+    for m in fits[:MAX_CARDS_TRIED]:
+        if time.monotonic() > deadline:
+            return None
+        node = FleetNode(name="plan-extra", gpus=f"{m.id}:{max(1, w.gpus)}")
+        if placed_all(_leftovers(inp, w, 1, fleet=(node,)), {w.name}, deadline):
+            return f"a card with room for it, such as {m.id} ({m.memory_mib / 1024:.0f} GiB)"
+    return None
+
+
+def _relaxed_isolation(inp: PlanInput, w: Workload, deadline: float) -> str | None:
     order = ["hardware", "memory", "none"]
     i = order.index(w.isolation)
     for looser in order[i + 1 :]:
         if looser == "none" and w.kind == "training":
             break
+        if time.monotonic() > deadline:
+            return None
         changed = w.model_copy(update={"isolation": looser})
         trial = inp.model_copy(
             update={"workloads": tuple(changed if x.name == w.name else x for x in inp.workloads)}
         )
-        if placed_all(trial, {w.name}):
+        if placed_all(trial, {w.name}, deadline):
             how = "MPS" if looser == "memory" else "time-slicing"
             return f"isolation: {looser} (then {how} may share GPUs for it)"
     return None
 
 
-def _grow_fleet(inp: PlanInput, w: Workload) -> str | None:
-    """The fewest extra GPUs, as copies of one node shape (or one more server), that fit it."""
+def _grow_fleet(inp: PlanInput, w: Workload, left: int, deadline: float) -> str | None:
+    """The fewest extra GPUs, as copies of one node shape (or more servers), that fit the
+    replicas left over."""
     best: tuple[int, str] | None = None
     shapes: dict[str, FleetNode] = {}
     for n in inp.fleet:
@@ -143,9 +186,9 @@ def _grow_fleet(inp: PlanInput, w: Workload) -> str | None:
                 display=spec.display,
                 nvlink=spec.nvlink,
             )
-            return inp.model_copy(update={"fleet": (*inp.fleet, extra)})
+            return _leftovers(inp, w, left, fleet=(extra,))
 
-        k = _smallest(lambda k, f=with_extra: placed_all(f(k), {w.name}))
+        k = _smallest(_fits(with_extra, w.name, deadline), deadline)
         if k is not None and (best is None or k * per_node < best[0]):
             best = (
                 k * per_node,
@@ -156,29 +199,36 @@ def _grow_fleet(inp: PlanInput, w: Workload) -> str | None:
             continue
 
         def with_more(k: int, st: ServerType = st) -> PlanInput:
-            more = st.model_copy(update={"max_servers": (st.max_servers or 0) + k})
-            return inp.model_copy(
-                update={"buy": tuple(more if x.name == st.name else x for x in inp.buy)}
-            )
+            return _leftovers(inp, w, left, buy=(st.model_copy(update={"max_servers": k}),))
 
-        k = _smallest(lambda k, f=with_more: placed_all(f(k), {w.name}))
+        k = _smallest(_fits(with_more, w.name, deadline), deadline)
         if k is not None and (best is None or k * st.max_cards < best[0]):
             best = (k * st.max_cards, f"max_servers of {st.name} raised by {k}")
     return best[1] if best else None
 
 
-def _smallest(fits: object) -> int | None:
-    """The smallest k in 1..MAX_EXTRA_NODES with fits(k), assuming more never hurts."""
-    assert callable(fits)
+def _fits(trial: Callable[[int], PlanInput], name: str, deadline: float) -> Callable[[int], bool]:
+    return lambda k: placed_all(trial(k), {name}, deadline)
+
+
+def _smallest(fits: Callable[[int], bool], deadline: float) -> int | None:
+    """The smallest k in 1..MAX_EXTRA_NODES with fits(k), assuming more never hurts; None
+    when none fits or the deadline passes first."""
+    if time.monotonic() > deadline:
+        return None
     hi = 1
     while hi <= MAX_EXTRA_NODES and not fits(hi):
+        if time.monotonic() > deadline:
+            return None
         hi *= 2
     if hi > MAX_EXTRA_NODES:
-        if not fits(MAX_EXTRA_NODES):
+        if time.monotonic() > deadline or not fits(MAX_EXTRA_NODES):
             return None
         hi = MAX_EXTRA_NODES
     lo = hi // 2 + 1 if hi > 1 else 1
     while lo < hi:
+        if time.monotonic() > deadline:
+            return hi  # hi is known to fit
         mid = (lo + hi) // 2
         if fits(mid):
             hi = mid

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 from kubegpu.catalog import GpuModel, get_model
@@ -95,14 +95,17 @@ def parse_mix_key(key: str) -> dict[str, int]:
 
 
 @cache
-def maximal_mixes(model: GpuModel, profiles: frozenset[str]) -> tuple[dict[str, int], ...]:
-    """Every maximal placeable mix of these profiles on one GPU (geometry, not slice counts)."""
+def maximal_mixes(
+    model: GpuModel, profiles: frozenset[str], driver: str | None = None
+) -> tuple[dict[str, int], ...]:
+    """Every maximal placeable mix of these profiles on one GPU (geometry, not slice counts)
+    that the node's driver can create (some pairs need a newer driver than the model)."""
     assert model.mig is not None
     ps = [p for p in model.mig.gpu_instance_profiles if p.name in profiles]
     if not ps:
         return ()
     seen: dict[tuple[tuple[str, int], ...], None] = {}
-    for layout in iter_layouts(model, ps, maximal_only=True):
+    for layout in iter_layouts(model, ps, maximal_only=True, driver=driver):
         seen.setdefault(mix_of(layout), None)
     mixes = [dict(m) for m in seen]
     # drop mixes another mix offers all of (same cost, fewer slots)
@@ -130,11 +133,21 @@ class GpuProvider:
         self.representatives = list({n.cls: n for n in reversed(self.nodes)}.values())[::-1]
         self._slot_sizes: dict[str, float] = {}
         self.mig_profiles = self._mig_options()
-        self.replica_choices = {n.name: self._replica_choices(n) for n in self.nodes}
+        self._demanded = frozenset(p for ps in self.mig_profiles.values() for p in ps)
+        # nodes of one class are alike: their replica choices and bins are computed once
+        by_class = {n.cls: self._replica_choices(n) for n in self.representatives}
+        self.replica_choices = {n.name: by_class[n.cls] for n in self.nodes}
         self._bins: list[Bin] = []
         self.layouts: dict[tuple[str, str], Layout] = {}  # (model, pattern) -> layout
         self.weight_base = self._weight_base()
-        self._bins = [self._bin(n) for n in self.nodes]
+        made: dict[str, Bin] = {}
+        for n in self.nodes:
+            first = made.get(n.cls)
+            if first is None:
+                first = made[n.cls] = self._bin(n)
+                self._bins.append(first)
+            else:
+                self._bins.append(replace(first, key=n.name))
 
     # -- fleet --------------------------------------------------------------------------
 
@@ -295,7 +308,7 @@ class GpuProvider:
         return ("none", *(f"ts:{r}" for r in choices["ts"]), *(f"mps:{r}" for r in choices["mps"]))
 
     def _demanded_profiles(self) -> frozenset[str]:
-        return frozenset(p for ps in self.mig_profiles.values() for p in ps)
+        return self._demanded
 
     def _patterns(self, node: Node, group: NodeGroup, modes: tuple[str, ...]) -> list[Pattern]:
         model = group.model
@@ -312,7 +325,7 @@ class GpuProvider:
                 )
         if node.mig_ok.get(model.id):
             usable = frozenset(node.profiles[model.id]) & self._demanded_profiles()
-            for mix in maximal_mixes(model, usable):
+            for mix in maximal_mixes(model, usable, node.facts.driver):
                 key = mix_key(mix)
                 offers = tuple((f"mig:{p}", n) for p, n in sorted(mix.items()))
                 pats.append(Pattern(key, offers, not_mps, CHANGE_COST))
@@ -467,10 +480,7 @@ class GpuProvider:
         return out
 
     def node(self, name: str) -> Node:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise KeyError(name)
+        return self._by_key[name]
 
     def uses(self, demand: Demand, option: str, bin: Bin) -> Sequence[Use]:
         w = self.workloads[demand.key]

@@ -48,10 +48,12 @@ def describe_mode(mode: str) -> str:
 class PlanReporter(BaseReporter):
     reasons: list[Reason] = field(default_factory=list)
     solver: str = ""
+    _seen: set[Reason] = field(default_factory=set, repr=False)
 
     def add(self, subject: str, rule: str, text: str) -> None:
         r = Reason(subject, rule, text)
-        if r not in self.reasons:
+        if r not in self._seen:
+            self._seen.add(r)
             self.reasons.append(r)
 
     # rule-book events (from the provider)

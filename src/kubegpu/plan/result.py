@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Literal
 
 from kubegpu.catalog import GpuModel
 from kubegpu.mig.geometry import Layout, place
 from kubegpu.plan import rules
-from kubegpu.plan.core import Problem, Solution
+from kubegpu.plan.core import Placement, Problem, Solution
 from kubegpu.plan.provider import GpuProvider, Node, parse_mix_key
 from kubegpu.plan.reporter import PlanReporter
 from kubegpu.sharing.devices import GPU_RESOURCE, mig_resource_name
@@ -51,6 +52,10 @@ class NodePlan:
     mig_config: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     prerequisites: list[str] = field(default_factory=list)
+    # models whose full GPUs the device plugin advertises under their own resource name
+    # (`nvidia.com/gpu-<model>`): every model of a node with several, so that a pod lands
+    # on the model it was planned for
+    renamed: list[str] = field(default_factory=list)
 
     @property
     def used(self) -> bool:
@@ -138,12 +143,23 @@ def _gpu_plans(
                     out[idx] = GpuPlan(idx, g.model.id, "idle")
                 continue
             key = queue.pop(0)
-            out[idx] = _gpu_for(provider, g.model, idx, key, current_mix)
+            out[idx] = _gpu_for(provider, g.model, idx, key, current_mix, node.facts.driver)
     return [out[i] for i in sorted(out)]
 
 
+@cache
+def _placed(model: GpuModel, key: str, driver: str | None) -> Layout | None:
+    """GPUs of one model with one mix under one driver are placed alike: placed once."""
+    return place(model, parse_mix_key(key), driver=driver)
+
+
 def _gpu_for(
-    provider: GpuProvider, model: GpuModel, idx: int, key: str, current: dict[str, int]
+    provider: GpuProvider,
+    model: GpuModel,
+    idx: int,
+    key: str,
+    current: dict[str, int],
+    driver: str | None = None,
 ) -> GpuPlan:
     if key == "whole":
         return GpuPlan(idx, model.id, "whole", changed=bool(current))
@@ -159,7 +175,7 @@ def _gpu_for(
         mix = dict(Counter(pi.profile.name for pi in kept))
         return GpuPlan(idx, model.id, "mig", mix, _layout_text(kept))
     mix = parse_mix_key(key)
-    layout = kept or place(model, mix)
+    layout = kept or _placed(model, key, driver)
     assert layout is not None, f"{model.id}: {key} is not placeable"
     return GpuPlan(idx, model.id, "mig", mix, _layout_text(layout), changed=mix != current)
 
@@ -189,6 +205,10 @@ def build_plan(
 
     workloads: list[WorkloadPlan] = []
     unplaced = sol.unplaced(problem)
+    by_name = {x.name: x for x in nodes}
+    by_demand: dict[int, list[Placement]] = {}
+    for pl in sol.placements:
+        by_demand.setdefault(pl.demand, []).append(pl)
     for d, dem in enumerate(problem.demands):
         w = provider.workloads[dem.key]
         o = sol.chosen[d]
@@ -197,27 +217,28 @@ def build_plan(
         wp = WorkloadPlan(w.name, w.replicas, method)
         if option is not None and option.startswith("mig:"):
             wp.profile = option[4:]
-        for pl in sol.placements:
-            if pl.demand == d:
-                name = problem.bins[pl.bin].key
-                wp.nodes[name] = wp.nodes.get(name, 0) + pl.count
+        for pl in by_demand.get(d, ()):
+            name = problem.bins[pl.bin].key
+            wp.nodes[name] = wp.nodes.get(name, 0) + pl.count
         wp.left = unplaced[d]
         workloads.append(wp)
         for name, n in wp.nodes.items():
-            next(x for x in nodes if x.name == name).workloads[w.name] = n
+            by_name[name].workloads[w.name] = n
 
     _strategies(nodes, workloads, inp.options.mig_strategy, reporter)
+    models_of = _models_used(problem, sol)
+    plan_warnings: list[str] = []
+    _rename(nodes, workloads, models_of, plan_warnings)
     for wp in workloads:
         w = provider.workloads[wp.name]
+        used = sorted({m for node, m in models_of.get(wp.name, ()) if m in by_name[node].renamed})
         if wp.method == "whole":
-            wp.resources = {GPU_RESOURCE: w.gpus}
+            wp.resources = {model_resource(used[0]) if used else GPU_RESOURCE: w.gpus}
         elif wp.method == "mig" and wp.profile is not None:
-            single = wp.nodes and all(
-                next(x for x in nodes if x.name == n).mig_strategy == "single" for n in wp.nodes
-            )
+            single = wp.nodes and all(by_name[n].mig_strategy == "single" for n in wp.nodes)
             wp.resources = {GPU_RESOURCE if single else mig_resource_name(wp.profile): 1}
         elif wp.method in ("mps", "time-slicing"):
-            wp.resources = {SHARED_RESOURCE: 1}
+            wp.resources = {shared_resource(used[0] if used else None): 1}
 
     # buy mode: unused candidate servers are not part of the plan
     nodes = [n for n in nodes if n.bought is None or n.used]
@@ -231,10 +252,73 @@ def build_plan(
         sol.note,
         reporter,
     )
+    plan.warnings += plan_warnings
     plan.gpus_used = sum(1 for n in nodes for g in n.gpus if g.role != "idle")
     plan.cost = sum(n.cost for n in nodes)
     _prerequisites(provider, plan, reporter)
     return plan
+
+
+def model_resource(model: str) -> str:
+    """The resource a model's full GPUs are advertised under where they are renamed."""
+    return f"{GPU_RESOURCE}-{model}"
+
+
+def shared_resource(model: str | None) -> str:
+    """Shared replicas' resource: `nvidia.com/gpu.shared`, or per model where renamed."""
+    return SHARED_RESOURCE if model is None else model_resource(model) + ".shared"
+
+
+def _models_used(problem: Problem, sol: Solution) -> dict[str, set[tuple[str, str]]]:
+    """Per workload, the (node, model) pairs whose full GPUs (whole or shared) it sits on."""
+    out: dict[str, set[tuple[str, str]]] = {}
+    for pl in sol.placements:
+        kind, _, rest = pl.slot.partition(":")
+        if kind == "gpu":
+            model = rest
+        elif kind in ("ts", "mps"):
+            model = rest.partition(":")[2]
+        else:
+            continue
+        key = problem.demands[pl.demand].key
+        out.setdefault(key, set()).add((problem.bins[pl.bin].key, model))
+    return out
+
+
+def _rename(
+    nodes: list[NodePlan],
+    workloads: list[WorkloadPlan],
+    models_of: dict[str, set[tuple[str, str]]],
+    warnings: list[str],
+) -> None:
+    """Per-model resource names on nodes with several models; a workload that requests one
+    of them requests it everywhere it lands, so the nodes it shares get it too."""
+    by_name = {n.name: n for n in nodes}
+    renamed: dict[str, set[str]] = {}
+    for n in nodes:
+        models = {g.model for g in n.gpus if g.role != "mig"}
+        if len({g.model for g in n.gpus}) > 1:
+            renamed[n.name] = models
+    changed = True
+    while changed:
+        changed = False
+        for w in workloads:
+            pairs = models_of.get(w.name, set())
+            if any(m in renamed.get(node, ()) for node, m in pairs):
+                for node, m in pairs:
+                    if m not in renamed.setdefault(node, set()):
+                        renamed[node].add(m)
+                        changed = True
+    for name, models in renamed.items():
+        by_name[name].renamed = sorted(models)
+    for w in workloads:
+        models = {m for _node, m in models_of.get(w.name, ())}
+        if len(models) > 1 and any(renamed.get(node) for node, _m in models_of.get(w.name, ())):
+            warnings.append(
+                f"{w.name}: its replicas sit on {', '.join(sorted(models))} GPUs and a node with "
+                "several models names each model's GPUs apart; its pods request one name, so "
+                "split it into one workload per model"
+            )
 
 
 def _strategies(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Literal
 
+from kubegpu.plan.core.classes import class_size, solve_classes
 from kubegpu.plan.core.exact import solve_exact
 from kubegpu.plan.core.heuristic import report_solution, solve_heuristic
 from kubegpu.plan.core.problem import Bin, Demand, Group, Pattern, Problem, Provider, Use
@@ -39,18 +40,20 @@ __all__ = [
 
 Method = Literal["auto", "exact", "heuristic"]
 
-# "auto" runs the exact solver when the integer programme has at most this many item
-# variables and bins; above it the heuristic's answer stands. The exact solver stops after
-# `node_limit` branch-and-bound nodes (1,000 by default: under 20 s for the corpus's
-# 128-GPU scenario here), so its answer does not depend on the machine's speed; the time
-# limit is only a safety net.
-AUTO_EXACT_VARIABLES = 4_000
-AUTO_EXACT_BINS = 64
+# "auto" runs the exact solver when its integer programme (on classes of identical nodes,
+# see classes.py) has at most this many item variables; above it the heuristic's answer
+# stands. The exact solver stops after `node_limit` branch-and-bound nodes, so its answer
+# does not depend on the machine's speed when it finishes within `time_limit`; when the time
+# limit stops it, the plan says it is not proven optimal and gives HiGHS's bound.
+AUTO_EXACT_VARIABLES = 20_000
+# Share of the time limit the heuristic may take when the exact solver follows it (it is
+# then only the exact solver's first incumbent).
+HEURISTIC_SHARE = 0.2
 
 
 def exact_size(problem: Problem) -> int:
-    """Item variables of the integer programme (the dominant part of its size)."""
-    return sum(len(u) for u in problem.uses.values())
+    """Item variables of the exact solver's integer programme (the dominant part of its size)."""
+    return class_size(problem)
 
 
 def solve(
@@ -59,7 +62,7 @@ def solve(
     *,
     method: Method = "auto",
     time_limit: float = 30.0,
-    node_limit: int = 1_000,
+    node_limit: int = 20_000,
 ) -> tuple[Problem, Solution]:
     problem = Problem.compile(provider)
     return problem, solve_problem(
@@ -73,25 +76,28 @@ def solve_problem(
     *,
     method: Method = "auto",
     time_limit: float = 30.0,
-    node_limit: int = 1_000,
+    node_limit: int = 20_000,
 ) -> Solution:
     rep = reporter or BaseReporter()
     use_exact = method == "exact" or (
-        method == "auto"
-        and exact_size(problem) <= AUTO_EXACT_VARIABLES
-        and len(problem.bins) <= AUTO_EXACT_BINS
+        method == "auto" and exact_size(problem) <= AUTO_EXACT_VARIABLES
     )
     rep.starting(len(problem.bins), len(problem.demands), "exact" if use_exact else "heuristic")
-    offered = {(d, o) for d, o, _b in problem.uses}
+    offered = problem.offered()
     for d, dem in enumerate(problem.demands):
         for o, option in enumerate(dem.options):
             if (d, o) not in offered:
                 rep.unavailable(dem.key, option)
     started = time.monotonic()
-    sol = solve_heuristic(problem)
+    deadline = started + HEURISTIC_SHARE * time_limit if use_exact else None
+    sol = solve_heuristic(problem, deadline=deadline)
     if use_exact:
         left = max(1.0, time_limit - (time.monotonic() - started))
-        sol = solve_exact(problem, sol, time_limit=left, node_limit=node_limit)
+        found = solve_classes(problem, sol, time_limit=left, node_limit=node_limit)
+        if found is None:  # the class solution does not split into nodes: solve per node
+            left = max(1.0, time_limit - (time.monotonic() - started))
+            found = solve_exact(problem, sol, time_limit=left, node_limit=node_limit)
+        sol = found
     report_solution(problem, sol, rep)
     rep.ending(sol)
     return sol

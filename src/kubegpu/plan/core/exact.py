@@ -30,7 +30,9 @@ from kubegpu.plan.core.solution import BinPlan, Placement, Solution, evaluate, v
 
 
 @dataclass
-class _Model:
+class Model:
+    """An integer programme as it is built: columns (cost, bounds, integrality) and rows."""
+
     cost: list[float]
     lower: list[float]
     upper: list[float]
@@ -75,6 +77,58 @@ def _highs() -> highspy.Highs:
     return h
 
 
+def run_model(
+    m: Model, time_limit: float, node_limit: int, start: list[float] | None = None
+) -> highspy.Highs:
+    """Solve a model with HiGHS: one thread, a fixed seed, `start` as the first incumbent."""
+    h = _highs()
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("random_seed", 0)
+    h.setOptionValue("time_limit", float(time_limit))
+    h.setOptionValue("mip_max_nodes", int(node_limit))
+    h.setOptionValue("mip_rel_gap", 1e-6)
+    lp = highspy.HighsLp()
+    n = len(m.cost)
+    lp.num_col_ = n
+    lp.num_row_ = len(m.rows)
+    lp.col_cost_ = np.array(m.cost, dtype=np.float64)
+    lp.col_lower_ = np.array(m.lower, dtype=np.float64)
+    lp.col_upper_ = np.array(m.upper, dtype=np.float64)
+    lp.row_lower_ = np.array([r[2] for r in m.rows], dtype=np.float64)
+    lp.row_upper_ = np.array([r[3] for r in m.rows], dtype=np.float64)
+    starts = [0]
+    index: list[int] = []
+    value: list[float] = []
+    for idx, vals, _, _ in m.rows:
+        index += idx
+        value += vals
+        starts.append(len(index))
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.num_col_ = n
+    lp.a_matrix_.num_row_ = len(m.rows)
+    lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
+    lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
+    lp.a_matrix_.value_ = np.array(value, dtype=np.float64)
+    lp.integrality_ = [
+        highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in m.integer
+    ]
+    h.passModel(lp)
+    if start is not None:
+        hs = highspy.HighsSolution()
+        hs.col_value = start
+        hs.value_valid = True
+        h.setSolution(hs)
+    h.run()
+    return h
+
+
+def highs_bound(h: highspy.Highs, const: float) -> float | None:
+    """HiGHS's lower bound plus the model's constant; None when it has none ("no bound yet"
+    is a huge number rather than infinity)."""
+    bound = h.getInfo().mip_dual_bound
+    return bound + const if math.isfinite(bound) and abs(bound) < 1e15 else None
+
+
 def solve_exact(
     problem: Problem,
     start: Solution | None = None,
@@ -82,7 +136,7 @@ def solve_exact(
     time_limit: float = 30.0,
     node_limit: int = 1_000,
 ) -> Solution:
-    m = _Model([], [], [], [], [])
+    m = Model([], [], [], [], [])
     inf = highspy.kHighsInf
     v: dict[tuple[int, str], int] = {}
     opened: dict[int, int] = {}
@@ -117,9 +171,10 @@ def solve_exact(
             else:
                 m.row(row, -inf, g.count)
 
+    offered = problem.offered()
     for d, dem in enumerate(problem.demands):
         const += dem.weight * dem.quantity
-        options = sorted({o for (dd, o, _b) in problem.uses if dd == d})
+        options = sorted(o for o in range(len(dem.options)) if (d, o) in offered)
         for o in options:
             y[d, o] = m.var(0.0, 0, 1)
         if options:
@@ -164,42 +219,13 @@ def solve_exact(
                     order[z[b, gi, pi]] = order.get(z[b, gi, pi], 0.0) - 1.0
             m.row(order, 0, inf)
 
-    h = _highs()
-    h.setOptionValue("threads", 1)
-    h.setOptionValue("random_seed", 0)
-    h.setOptionValue("time_limit", float(time_limit))
-    h.setOptionValue("mip_max_nodes", int(node_limit))
-    h.setOptionValue("mip_rel_gap", 1e-6)
-    lp = highspy.HighsLp()
     n = len(m.cost)
-    lp.num_col_ = n
-    lp.num_row_ = len(m.rows)
-    lp.col_cost_ = np.array(m.cost, dtype=np.float64)
-    lp.col_lower_ = np.array(m.lower, dtype=np.float64)
-    lp.col_upper_ = np.array(m.upper, dtype=np.float64)
-    lp.row_lower_ = np.array([r[2] for r in m.rows], dtype=np.float64)
-    lp.row_upper_ = np.array([r[3] for r in m.rows], dtype=np.float64)
-    starts = [0]
-    index: list[int] = []
-    value: list[float] = []
-    for idx, vals, _, _ in m.rows:
-        index += idx
-        value += vals
-        starts.append(len(index))
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.num_col_ = n
-    lp.a_matrix_.num_row_ = len(m.rows)
-    lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
-    lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
-    lp.a_matrix_.value_ = np.array(value, dtype=np.float64)
-    lp.integrality_ = [
-        highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in m.integer
-    ]
-    h.passModel(lp)
-
-    if start is not None:
-        h.setSolution(_start_values(problem, start, n, v, opened, z, y, x))
-    h.run()
+    h = run_model(
+        m,
+        time_limit,
+        node_limit,
+        None if start is None else _start_values(problem, start, n, v, opened, z, y, x),
+    )
     status = h.getModelStatus()
     info = h.getInfo()
     values = list(h.getSolution().col_value)
@@ -210,9 +236,7 @@ def solve_exact(
     sol = _read(problem, values, v, z, y, x)
     sol.objective = evaluate(problem, sol)
     sol.optimal = status == highspy.HighsModelStatus.kOptimal
-    bound = info.mip_dual_bound
-    # HiGHS reports "no bound yet" as a huge number rather than infinity
-    sol.bound = bound + const if math.isfinite(bound) and abs(bound) < 1e15 else None
+    sol.bound = highs_bound(h, const)
     if sol.optimal:
         sol.bound = sol.objective
     sol.note = f"HiGHS {h.modelStatusToString(status)}, {info.mip_node_count} nodes"
@@ -233,7 +257,7 @@ def _start_values(
     z: dict[tuple[int, int, int], int],
     y: dict[tuple[int, int], int],
     x: dict[tuple[int, int, int, int], int],
-) -> highspy.HighsSolution:
+) -> list[float]:
     col = [0.0] * n
     for b, plan in enumerate(sol.bins):
         bn = problem.bins[b]
@@ -251,10 +275,7 @@ def _start_values(
         uses = problem.uses[pl.demand, pl.option, pl.bin]
         ui = next(i for i, u in enumerate(uses) if u.slot == pl.slot)
         col[x[pl.demand, pl.option, pl.bin, ui]] += float(pl.count)
-    hs = highspy.HighsSolution()
-    hs.col_value = col
-    hs.value_valid = True
-    return hs
+    return col
 
 
 def _read(

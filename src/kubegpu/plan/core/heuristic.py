@@ -88,28 +88,25 @@ class _Static:
     """Tables every greedy pass of one problem shares (built once)."""
 
     def __init__(self, problem: Problem) -> None:
-        self.bins_for: dict[tuple[int, int], list[int]] = defaultdict(list)
+        # per (demand, option): the classes of bins that can serve it (a class, not a bin
+        # list, so that a fleet of many alike nodes costs its classes)
+        classes_for: dict[tuple[int, int], set[int]] = defaultdict(set)
         fp = [math.inf] * len(problem.demands)
         opts: list[set[int]] = [set() for _ in problem.demands]
-        seen: set[tuple[int, int, str]] = set()
         cls_of = [b.cls or b.key for b in problem.bins]
         self.slots_for: dict[tuple[int, int], set[str]] = defaultdict(set)
         self.share: dict[tuple[int, int], float] = {}
-        for (d, o, b), uses in problem.uses.items():
-            self.bins_for[d, o].append(b)
+        for (d, o, c), uses in problem.uses.by_class.items():
+            classes_for[d, o].add(c)
             opts[d].add(o)
-            key = (d, o, cls_of[b])
-            if key in seen:
-                continue
-            seen.add(key)
             for u in uses:
                 self.slots_for[d, o].add(u.slot)
                 size = u.amount * problem.slot_sizes.get(u.slot, 1.0)
                 self.share[d, o] = min(self.share.get((d, o), math.inf), size)
                 fp[d] = min(fp[d], u.amount * problem.slot_sizes.get(u.slot, 1.0))
-        for v in self.bins_for.values():
-            v.sort()
-        self.bin_sets = {k: frozenset(v) for k, v in self.bins_for.items()}
+        self.class_sets = {k: frozenset(v) for k, v in classes_for.items()}
+        self.class_of = problem.class_of
+        members = problem.members
         self.fp = [0.0 if f == math.inf else f for f in fp]
         self.n_opts = [len(o) for o in opts]
         self.options_of = [sorted(o) for o in opts]
@@ -118,8 +115,8 @@ class _Static:
         # per bin class: per group, slot -> (modes any pattern offering it allows, best offer)
         self.slot_modes: dict[str, list[dict[str, tuple[frozenset[str] | None, int]]]] = {}
         for bn in problem.bins:
-            c = bn.cls or bn.key
-            if c in self.slot_modes:
+            name = bn.cls or bn.key
+            if name in self.slot_modes:
                 continue
             per_group = []
             for g in bn.groups:
@@ -130,13 +127,13 @@ class _Static:
                         allowed = None if modes is None or pat.modes is None else modes | pat.modes
                         table[s] = (allowed, max(best, k))
                 per_group.append(table)
-            self.slot_modes[c] = per_group
+            self.slot_modes[name] = per_group
         self.first_need: dict[int, tuple[str, int]] = {}
         for d, dem in enumerate(problem.demands):
             for o in range(len(dem.options)):
-                bins = self.bins_for.get((d, o))
-                if bins:
-                    u = problem.uses[d, o, bins[0]][0]
+                cs = self.class_sets.get((d, o))
+                if cs:
+                    u = problem.uses.by_class[d, o, min(cs, key=lambda c: members[c][0])][0]
                     self.first_need[d] = (u.slot, u.amount * dem.quantity)
                     break
         self.initial = [_initial(b) for b in problem.bins]
@@ -166,16 +163,14 @@ class Greedy:
         problem: Problem,
         order: list[int],
         forced: dict[int, int | None] | None = None,
-        reporter: BaseReporter | None = None,
         static: _Static | None = None,
     ) -> None:
         self.p = problem
         self.order = order
         self.forced = forced or {}
-        self.reporter = reporter
         st = self.static = static or _Static(problem)
         self.state = [x.copy() for x in st.initial]
-        self.bins_for = st.bins_for
+        self.class_sets = st.class_sets
         self.unit_value = st.unit_value
         self.slot_modes = st.slot_modes
         self.fp = st.fp
@@ -195,7 +190,7 @@ class Greedy:
         # and the closed bins of each class (lowest index first)
         self.with_free: dict[str, set[int]] = defaultdict(set)
         self.open_with_units: set[int] = set()
-        self.closed: dict[str, list[int]] = defaultdict(list)
+        self.closed: dict[int, list[int]] = defaultdict(list)
         for b, x in enumerate(self.state):
             self._index(b, x)
         for c in self.closed:
@@ -212,7 +207,7 @@ class Greedy:
         else:
             self.open_with_units.discard(b)
         if not x.opened:
-            self.closed[self.static.cls_of[b]].append(b)
+            self.closed[self.static.class_of[b]].append(b)
 
     # -- state access -------------------------------------------------------------------
 
@@ -297,7 +292,8 @@ class Greedy:
     def _try(self, d: int, o: int, quantity: int) -> _Trial:
         t = _Trial()
         remaining = quantity
-        member = self.static.bin_sets.get((d, o), frozenset())
+        member = self.static.class_sets.get((d, o), frozenset())
+        class_of = self.static.class_of
         uses = self.p.uses
         candidates: set[int] = set()
         for slot in self.static.slots_for.get((d, o), ()):
@@ -309,7 +305,7 @@ class Greedy:
             limit = math.inf  # units are scarce: take whatever is free
         sizes = self.p.slot_sizes
         later: list[tuple[int, Use]] = []
-        for b in sorted(candidates & member):
+        for b in sorted(b for b in candidates if class_of[b] in member):
             for u in uses[d, o, b]:
                 if u.amount * sizes.get(u.slot, 1.0) > limit:
                     later.append((b, u))
@@ -318,7 +314,8 @@ class Greedy:
                 if remaining == 0:
                     return t
         grow_later: list[tuple[int, tuple[Use, ...]]] = []
-        for b in sorted(self.open_with_units & member):  # more units in bins already open
+        # more units in bins already open
+        for b in sorted(b for b in self.open_with_units if class_of[b] in member):
             dense = tuple(u for u in uses[d, o, b] if u.amount * sizes.get(u.slot, 1.0) <= limit)
             loose = tuple(u for u in uses[d, o, b] if u not in dense)
             if loose:
@@ -329,14 +326,12 @@ class Greedy:
                     return t
         # new bins: the cheapest class first, its bins in index order
         classes = []
-        for closed in self.closed.values():
-            avail = [b for b in reversed(closed) if b in member]
-            if avail:
-                classes.append(
-                    (self._opening_cost(avail[0], uses[d, o, avail[0]][0]), avail[0], avail)
-                )
-        for _, _, avail in sorted(classes, key=lambda x: (x[0], x[1])):
-            for b in avail:
+        for c, closed in self.closed.items():
+            if closed and c in member:
+                first = closed[-1]
+                classes.append((self._opening_cost(first, uses[d, o, first][0]), first, c))
+        for _, _, c in sorted(classes):
+            for b in reversed(self.closed[c]):
                 remaining = self._grow(t, b, uses[d, o, b], remaining)
                 if remaining == 0:
                     return t
@@ -447,7 +442,7 @@ class Greedy:
             else:
                 self.open_with_units.discard(b)
             if st.opened and not was_open:
-                self.closed[self.static.cls_of[b]].remove(b)
+                self.closed[self.static.class_of[b]].remove(b)
 
     # -- the pass -----------------------------------------------------------------------
 
@@ -455,10 +450,9 @@ class Greedy:
         chosen: list[int | None] = [None] * len(self.p.demands)
         placements: list[Placement] = []
         configured: list[tuple[int, int, int, int]] = []
-        rep = self.reporter
         for d in self.order:
             dem = self.p.demands[d]
-            options = [o for o in range(len(dem.options)) if (d, o) in self.bins_for]
+            options = [o for o in range(len(dem.options)) if (d, o) in self.class_sets]
             if d in self.forced:
                 f = self.forced[d]
                 options = [] if f is None else [o for o in options if o == f]
@@ -471,8 +465,6 @@ class Greedy:
             for o in options:
                 t = self._try(d, o, dem.quantity)
                 score = self._score(t, d, o)
-                if rep:
-                    rep.trying(dem.key, dem.options[o], t.placed, score)
                 if best is None or score < best[0] - _EPS:
                     best = (score, o, t)
             if best is None or best[2].placed == 0:
@@ -527,7 +519,6 @@ def orders(problem: Problem, static: _Static | None = None) -> list[list[int]]:
 
 def solve_heuristic(
     problem: Problem,
-    reporter: BaseReporter | None = None,
     *,
     effort: int | None = None,
     deadline: float | None = None,
@@ -579,9 +570,13 @@ def solve_heuristic(
             if not left[d] or out_of_time():
                 continue
             trials = [] if best_order[0] == d else [[d] + [x for x in best_order if x != d]]
-            where = {b for (dd, _o), bins in static.bins_for.items() if dd == d for b in bins}
+            where = {c for (dd, _o), cs in static.class_sets.items() if dd == d for c in cs}
             rivals = sorted(
-                {pl.demand for pl in best.placements if pl.bin in where and pl.demand != d},
+                {
+                    pl.demand
+                    for pl in best.placements
+                    if problem.class_of[pl.bin] in where and pl.demand != d
+                },
                 key=lambda r: (problem.demands[r].weight / max(static.fp[r], 1e-6), r),
             )
             for r in rivals[:3]:
@@ -627,19 +622,8 @@ def solve_heuristic(
             if sol.objective < best.objective - _EPS:
                 best, best_order, improved = sol, order, True
                 break
-    if reporter is not None:
-        _replay(problem, best_order, forced, reporter)
     best.note = f"{runs} greedy passes"
     return best
-
-
-def _replay(
-    problem: Problem, order: list[int], forced: dict[int, int | None], reporter: BaseReporter
-) -> None:
-    """Run the winning pass again with the reporter attached, so it sees one story."""
-    g = Greedy(problem, order, forced, reporter)
-    chosen, placements, _ = g.run()
-    report_solution(problem, g.to_solution(chosen, placements, "heuristic"), reporter)
 
 
 def report_solution(problem: Problem, sol: Solution, reporter: BaseReporter) -> None:
@@ -651,15 +635,18 @@ def report_solution(problem: Problem, sol: Solution, reporter: BaseReporter) -> 
             for pattern, n in counts.items():
                 reporter.configuring(bn.key, group, pattern, n)
     unplaced = sol.unplaced(problem)
+    by_demand: dict[int, list[Placement]] = defaultdict(list)
+    for pl in sol.placements:
+        by_demand[pl.demand].append(pl)
     for d, dem in enumerate(problem.demands):
         o = sol.chosen[d]
         reporter.choosing(
-            dem.key, dem.options[o] if o is not None else None, sol.placed(d), dem.quantity
-        )
-        for pl in sol.placements:
-            if pl.demand == d:
-                reporter.placing(
-                    dem.key, dem.options[pl.option], problem.bins[pl.bin].key, pl.slot, pl.count
-                )
+            dem.key, dem.options[o] if o is not None else None, dem.quantity - unplaced[d],
+            dem.quantity,
+        )  # fmt: skip
+        for pl in by_demand[d]:
+            reporter.placing(
+                dem.key, dem.options[pl.option], problem.bins[pl.bin].key, pl.slot, pl.count
+            )
         if unplaced[d]:
             reporter.leaving(dem.key, unplaced[d])

@@ -15,7 +15,7 @@ the core computes uses once per class.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -104,6 +104,43 @@ class Provider(Protocol):
         ...
 
 
+class BinUses(Mapping[tuple[int, int, int], tuple[Use, ...]]):
+    """(demand, option, bin) -> uses, stored once per class of bins: a fleet of many alike
+    nodes costs its classes, not its nodes (the per-bin view is computed on access)."""
+
+    def __init__(
+        self,
+        by_class: dict[tuple[int, int, int], tuple[Use, ...]],
+        members: list[list[int]],
+        class_of: list[int],
+    ) -> None:
+        self.by_class = by_class  # (demand, option, class index) -> uses
+        self._members = members
+        self._class_of = class_of
+
+    def __getitem__(self, key: tuple[int, int, int]) -> tuple[Use, ...]:
+        d, o, b = key
+        if not 0 <= b < len(self._class_of):
+            raise KeyError(key)
+        return self.by_class[d, o, self._class_of[b]]
+
+    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        for d, o, c in self.by_class:
+            for b in self._members[c]:
+                yield d, o, b
+
+    def __len__(self) -> int:
+        return sum(len(self._members[c]) for _d, _o, c in self.by_class)
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, tuple) or len(key) != 3:
+            return False
+        d, o, b = key
+        if not isinstance(b, int) or not 0 <= b < len(self._class_of):
+            return False
+        return (d, o, self._class_of[b]) in self.by_class
+
+
 @dataclass
 class Problem:
     """The provider's answers, compiled once into index-based tables."""
@@ -111,9 +148,11 @@ class Problem:
     bins: list[Bin]
     demands: list[Demand]
     # (demand index, option index, bin index) -> uses; only entries with uses are present
-    uses: dict[tuple[int, int, int], tuple[Use, ...]]
+    uses: BinUses
     slot_sizes: dict[str, float]
     by_class: dict[str, list[int]] = field(default_factory=dict)
+    class_of: list[int] = field(default_factory=list)  # bin -> index into `members`
+    members: list[list[int]] = field(default_factory=list)  # class index -> its bins
 
     @classmethod
     def compile(cls, provider: Provider) -> Problem:
@@ -123,10 +162,15 @@ class Problem:
         by_class: dict[str, list[int]] = {}
         for i, b in enumerate(bins):
             by_class.setdefault(b.cls or b.key, []).append(i)
+        members = list(by_class.values())
+        class_of = [0] * len(bins)
+        for c, group in enumerate(members):
+            for bi in group:
+                class_of[bi] = c
         uses: dict[tuple[int, int, int], tuple[Use, ...]] = {}
         slots: set[str] = set()
-        for members in by_class.values():
-            first = bins[members[0]]
+        for c, group in enumerate(members):
+            first = bins[group[0]]
             for di, d in enumerate(demands):
                 for oi, o in enumerate(d.options):
                     found = tuple(provider.uses(d, o, first))
@@ -136,20 +180,23 @@ class Problem:
                         if u.amount < 1:
                             raise ValueError(f"use of {d.key}/{o}: amount {u.amount} < 1")
                         slots.add(u.slot)
-                    for bi in members:
-                        uses[di, oi, bi] = found
+                    uses[di, oi, c] = found
+        seen: set[str] = set()
         for b in bins:
+            if (b.cls or b.key) in seen:
+                continue
+            seen.add(b.cls or b.key)
             for g in b.groups:
                 for p in g.patterns:
                     slots.update(s for s, _ in p.offers)
         sizes = {s: provider.slot_size(s) for s in sorted(slots)}
-        return cls(bins, demands, uses, sizes, by_class)
+        return cls(
+            bins, demands, BinUses(uses, members, class_of), sizes, by_class, class_of, members
+        )
 
-    def demand_index(self, key: str) -> int:
-        for i, d in enumerate(self.demands):
-            if d.key == key:
-                return i
-        raise KeyError(key)
+    def offered(self) -> set[tuple[int, int]]:
+        """The (demand, option) pairs some bin can serve."""
+        return {(d, o) for d, o, _c in self.uses.by_class}
 
 
 def _check(bins: Sequence[Bin], demands: Sequence[Demand]) -> None:

@@ -20,9 +20,6 @@ class BaseReporter:
     def unavailable(self, demand: str, option: str) -> None:
         """No bin can take an item of `demand` through `option`."""
 
-    def trying(self, demand: str, option: str, placed: int, score: float) -> None:
-        """The heuristic evaluated an option: how many items it would place, at what score."""
-
     def choosing(self, demand: str, option: str | None, placed: int, quantity: int) -> None:
         """The option a demand goes through (None when nothing of it is placed)."""
 
