@@ -43,9 +43,22 @@ async def gpu_stack(control_plane: ControlPlane) -> AsyncIterator[E2EStack]:
         field_manager="kubegpu-e2e",
         lease_interval_s=5.0,
     )
+    LIVE.append(stack)
     try:
         await stack.up()
         yield stack
     finally:
-        await stack.down()
+        if stack in LIVE:
+            LIVE.remove(stack)
+            await stack.down()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+LIVE: list[E2EStack] = []  # the shared installation while it is up
+
+
+async def retire_shared_stack() -> None:
+    """Uninstall the package's shared installation, for a module that installs its own
+    (one kubegpu release per control plane)."""
+    while LIVE:
+        await LIVE.pop().down()

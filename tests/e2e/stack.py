@@ -41,8 +41,10 @@ class E2EStack(Stack):
         ]
 
     async def operator_metrics(self) -> dict[str, float]:
-        """The running operator's counters (its probe port on the shared host network)."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.health_port)
+        """The running operator's counters (its probe port, on its node's address)."""
+        pods = await self.pods(**{"app.kubernetes.io/name": "kubegpu-operator"})
+        ips = [p.status.podIP for p in pods if p.status and p.status.phase == "Running"]
+        reader, writer = await asyncio.open_connection(ips[0], self.health_port)
         writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         await writer.drain()
         body = (await reader.read()).decode().split("\r\n\r\n", 1)[1]

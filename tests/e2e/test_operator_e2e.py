@@ -220,6 +220,33 @@ async def test_a_gpu_cluster_next_to_a_cluster_policy_is_refused(gpu_stack: E2ES
     await wait_for(lambda: ready(gpu_stack), timeout=120, what="ready once the GPUCluster is gone")
 
 
+async def test_a_newer_gpu_cluster_is_ignored_and_told_which_policy_is_active(
+    gpu_stack: E2EStack,
+) -> None:
+    await gpu_stack.client.create(
+        GPUClusterResource(metadata=ObjectMeta(name="gpu-cluster"), spec={})
+    )
+    try:
+
+        async def told() -> dict[str, Any] | None:
+            obj = dict(await gpu_stack.client.get(GPUClusterResource, "gpu-cluster"))
+            status = obj.get("status") or {}
+            return status if status.get("state") == "ignored" else None
+
+        status = await wait_for(told, timeout=60, what="GPUCluster ignored")
+        error = next(c for c in status["conditions"] if c["type"] == "Error")
+        assert error["status"] == "True" and error["reason"] == "ClusterPolicyConflict"
+        assert "ClusterPolicy cluster-policy is older and active" in error["message"]
+        policy_error = await gpu_stack.condition("Error")
+        assert policy_error["reason"] == "GPUClusterConflict"
+        daemonsets = await gpu_stack.daemonsets()
+        assert "nvidia-device-plugin-daemonset" in daemonsets  # the older one keeps its stack
+        assert "nvidia-dra-driver-gpu-kubelet-plugin" not in daemonsets
+    finally:
+        await gpu_stack.client.delete(GPUClusterResource, "gpu-cluster")
+    await wait_for(lambda: ready(gpu_stack), timeout=120, what="ready once the GPUCluster is gone")
+
+
 async def test_the_operator_restarted_mid_reconcile_converges_without_duplicates(
     gpu_stack: E2EStack,
 ) -> None:

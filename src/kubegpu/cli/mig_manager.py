@@ -99,6 +99,13 @@ def mig_manager(
     reboot_timeout: float = typer.Option(
         600.0, "--reboot-timeout", help="Seconds to wait for the node to reboot."
     ),
+    unknown_config_wait: float = typer.Option(
+        60.0,
+        "--unknown-config-wait",
+        envvar="UNKNOWN_CONFIG_WAIT",
+        help="Seconds a config name the layouts lack is waited for (state pending, e.g. "
+        "while the ConfigMap is switched) before the change fails; 0 fails at once.",
+    ),
     poll_interval: float = typer.Option(1.0, "--poll-interval", help="Seconds between checks."),
     with_shutdown_host_gpu_clients: bool = typer.Option(
         False,
@@ -114,6 +121,8 @@ def mig_manager(
     """Apply the MIG layout named by the node's nvidia.com/mig.config label, safely."""
     if busy_gpus not in {"refuse", "proceed"}:
         fail(f"--busy-gpus {busy_gpus!r}: use refuse or proceed")
+    if unknown_config_wait < 0:
+        fail(f"--unknown-config-wait {unknown_config_wait}: must be 0 or more seconds")
     if config_file is not None and config_map is not None:
         fail("give --config-file or --config-map, not both")
     command = tuple(shlex.split(reboot_command))
@@ -131,6 +140,7 @@ def mig_manager(
         reboot_command=command,
         reboot_timeout_s=reboot_timeout,
         pods_timeout_s=pods_timeout,
+        unknown_config_wait_s=unknown_config_wait,
         poll_s=poll_interval,
         pod_resources_socket=Path(pod_resources_socket) if pod_resources_socket else None,
         busy_gpus="proceed" if busy_gpus == "proceed" else "refuse",

@@ -24,7 +24,7 @@ def _sim(nvml: str, sim_node: str | None) -> SimNvml:
         fail(f"--nvml {nvml!r}: lab controls work only on a simulated node (sim:<state-file>)")
     try:
         node = open_nvml(nvml, sim_node)
-    except (BackendError, ValueError, FileNotFoundError) as exc:
+    except (BackendError, NvmlError, ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     assert isinstance(node, SimNvml)
     return node
@@ -107,6 +107,21 @@ def reboot(nvml: str = SIM_NVML) -> None:
 DEFAULT_WORKDIR = Path.home() / ".kubegpu" / "sim"
 
 
+def kubectl_usage(kubeconfig: Path, bin_dir: Path) -> list[str]:
+    """How to reach a simulated cluster from a shell: its kubeconfig and the kubectl that
+    scripts/build-kubernetes built next to the control plane."""
+    kubectl = bin_dir / "kubectl"
+    lines = [f"export KUBECONFIG={kubeconfig}"]
+    if kubectl.is_file():
+        lines += [
+            f"export PATH={bin_dir}:$PATH   # kubectl: {kubectl}",
+            "kubectl get nodes",
+        ]
+    else:
+        lines.append(f"kubectl is not built ({kubectl}): run scripts/build-kubernetes")
+    return lines
+
+
 @app.command("up")
 def up(
     file: Path = typer.Option(
@@ -124,7 +139,7 @@ def up(
         stop_running,
         write_pid,
     )
-    from kubegpu.sim.controlplane import ControlPlaneError
+    from kubegpu.sim.controlplane import ControlPlaneError, find_bin_dir
 
     try:
         spec = load_cluster(file)
@@ -145,7 +160,8 @@ def up(
             typer.echo(
                 f"simulated cluster {spec.name!r} is up: {', '.join(n.name for n in cluster.nodes)}"
             )
-            typer.echo(f"export KUBECONFIG={cluster.kubeconfig}")
+            for line in kubectl_usage(cluster.kubeconfig, find_bin_dir()):
+                typer.echo(line)
             typer.echo("stop with Ctrl-C or `kubegpu sim down`")
             await stop.wait()
         finally:

@@ -77,6 +77,17 @@ def _text(record: object | None, attr: str) -> str | None:
     return None if record is None else str(getattr(record, attr))
 
 
+def _nvlink_total(sample: DeviceSample, gi: GpuInstanceSample | None) -> float | None:
+    """NVLink payload moved since the driver loaded, TX and RX of every active link (KiB);
+    0 on a GPU without NVLink, as DCGM reports it."""
+    return None if sample.nvlink is None else float(sample.nvlink.total_kib)
+
+
+# vGPU licence state (NVML's nvmlGridLicenseState): only a vGPU guest holds a licence. The
+# GPUs kubegpu runs on are bare metal or passed through whole, where DCGM reports 0.
+BARE_METAL_VGPU_LICENSE_STATUS = 0.0
+
+
 P, OWN, N = OnInstance.PARENT, OnInstance.OWN, OnInstance.NONE
 
 # DCGM_FI_DEV_XID_ERRORS is read from NVML's event stream, not from a device sample: the
@@ -141,6 +152,10 @@ _METRICS = [
         lambda s, g: _num(s.remapped_rows, "pending"),
         P,
     ),
+    MetricField("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 449, _nvlink_total, P),
+    MetricField(
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS", 526, lambda s, g: BARE_METAL_VGPU_LICENSE_STATUS, P
+    ),
     MetricField(
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1001, lambda s, g: _act(s, g).graphics_active, OWN
     ),
@@ -180,7 +195,7 @@ LABELS: dict[str, LabelField] = {f.name: f for f in _LABELS}
 
 # -- known DCGM fields kubegpu does not supply, grouped by the reason --------------------------
 NO_GPM = "a DCGM profiling field with no NVML GPU Performance Monitoring equivalent; needs DCGM"
-NO_NVLINK = "NVLink counters are not read by kubegpu's exporter yet"
+NO_NVLINK = "per-link NVLink counters are not read by kubegpu's exporter yet (the total is)"
 NO_NVSWITCH = "NVSwitch entities are not monitored by kubegpu's exporter"
 NO_VGPU = "a vGPU field: only meaningful on virtualised GPUs, which kubegpu does not manage"
 NOT_A_METRIC = "a static or structured DCGM field, not a number or label for Prometheus"
@@ -279,7 +294,6 @@ _KNOWN_BY_REASON: dict[str, list[tuple[str, int]]] = {
         ("DCGM_FI_PROF_PIPE_INT_ACTIVE", 1016),
         ("DCGM_FI_PROF_NVOFA0_ACTIVE", 1033),
     ],
-    NO_NVLINK: [("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 449)],
     NO_VGPU: [("DCGM_FI_DEV_VIRTUAL_MODE", 500)],
     EXPORTER_ONLY: [
         ("DCGM_EXP_XID_ERRORS_COUNT", 9001),

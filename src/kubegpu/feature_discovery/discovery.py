@@ -39,6 +39,7 @@ from kubegpu.sharing.config import (
     PluginConfig,
     SharingConfigError,
     parse_duration,
+    sleep_interval_problem,
     with_overrides,
 )
 from kubegpu.sharing.config_source import ConfigChoice, ConfigSource
@@ -101,11 +102,9 @@ def effective(options: GfdOptions, config: PluginConfig) -> Effective:
     config = with_overrides(config, overrides_for(options))
     gfd = config.flags.gfd
     interval_text = options.sleep_interval or gfd.sleep_interval
+    if (problem := sleep_interval_problem(interval_text)) is not None:
+        raise SharingConfigError(f"sleep interval {problem}")
     interval = None if interval_text == "infinite" else parse_duration(interval_text)
-    if interval_text != "infinite" and interval is None:
-        raise SharingConfigError(
-            f"sleep interval {interval_text!r} is not a duration like 60s, 5m or 'infinite'"
-        )
     return Effective(
         config=config,
         oneshot=options.oneshot if options.oneshot is not None else gfd.oneshot,

@@ -11,6 +11,15 @@ from kubegpu.sharing.labels import SystemFacts
 
 log = logging.getLogger(__name__)
 
+# The machine type and PCI class files are one short line; read no more than this, so a
+# flag pointing at a huge file (or /dev/zero) costs nothing.
+MAX_FACT_BYTES = 4096
+
+
+def _read_short(path: Path) -> str:
+    with path.open("rb") as f:
+        return f.read(MAX_FACT_BYTES).decode("utf-8", "replace")
+
 
 def pci_classes(nvml: Nvml, sysfs: Path) -> dict[int, int]:
     """PCI class of each GPU from `<sysfs>/bus/pci/devices/<bus id>/class` (missing: left out)."""
@@ -24,7 +33,7 @@ def pci_classes(nvml: Nvml, sysfs: Path) -> dict[int, int]:
         domain, _, rest = bus_id.partition(":")
         path = sysfs / "bus/pci/devices" / f"{domain[-4:]}:{rest}" / "class"
         try:
-            out[index] = int(path.read_text().strip(), 16) >> 8
+            out[index] = int(_read_short(path).strip(), 16) >> 8
         except (OSError, ValueError):
             continue
     return out
@@ -32,7 +41,7 @@ def pci_classes(nvml: Nvml, sysfs: Path) -> dict[int, int]:
 
 def read_machine(path: Path) -> str:
     try:
-        return path.read_text().strip() or "unknown"
+        return _read_short(path).strip() or "unknown"
     except OSError:
         return "unknown"
 

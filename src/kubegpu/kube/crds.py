@@ -1,6 +1,6 @@
-"""The CustomResourceDefinitions of ClusterPolicy and GPUCluster, generated from their
-models (`kubegpu.kube.policy`) and written into the Helm chart by `scripts/gen-crds`; a test
-fails when the chart's copy is stale."""
+"""The CustomResourceDefinitions of ClusterPolicy, GPUCluster and NVIDIADriver, generated
+from their models (`kubegpu.kube.policy`) and written into the Helm chart by
+`scripts/gen-crds`; a test fails when the chart's copy is stale."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ from kubegpu.kube.policy import (
     CLUSTER_POLICY_VERSION,
     GPU_CLUSTER_VERSION,
     GROUP,
+    NVIDIA_DRIVER_VERSION,
     ClusterPolicySpec,
     ClusterPolicyStatus,
     GPUClusterSpec,
     GPUClusterStatus,
+    NVIDIADriverSpec,
+    NVIDIADriverStatus,
 )
 from kubegpu.kube.schema import model_schema
 
@@ -29,6 +32,7 @@ def _crd(
     status: type[BaseModel],
     description: str,
     columns: list[dict[str, Any]],
+    short_names: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     spec_schema = model_schema(spec)
     status_schema = model_schema(status)
@@ -46,6 +50,7 @@ def _crd(
                 "listKind": f"{kind}List",
                 "plural": plural,
                 "singular": kind.lower(),
+                **({"shortNames": list(short_names)} if short_names else {}),
             },
             "scope": "Cluster",
             "versions": [
@@ -75,7 +80,7 @@ def _crd(
 
 
 def crd_manifests() -> list[dict[str, Any]]:
-    """The CustomResourceDefinitions of ClusterPolicy and GPUCluster."""
+    """The CustomResourceDefinitions of ClusterPolicy, GPUCluster and NVIDIADriver."""
     status_columns = [
         {"name": "Status", "type": "string", "jsonPath": ".status.state"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
@@ -98,6 +103,19 @@ def crd_manifests() -> list[dict[str, Any]]:
             status=GPUClusterStatus,
             description="The DRA-based GPU stack; a cluster has a GPUCluster or a ClusterPolicy, not both.",
             columns=status_columns,
+        ),
+        _crd(
+            kind="NVIDIADriver",
+            plural="nvidiadrivers",
+            version=NVIDIA_DRIVER_VERSION,
+            spec=NVIDIADriverSpec,
+            status=NVIDIADriverStatus,
+            description=(
+                "A driver configuration for a set of GPU nodes (upstream's NVIDIADriver); "
+                "accepted, but kubegpu does not install drivers from it."
+            ),
+            columns=status_columns,
+            short_names=("nvd", "nvdriver", "nvdrivers"),
         ),
     ]
 

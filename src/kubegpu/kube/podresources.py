@@ -37,6 +37,28 @@ class HeldDevice:
         return f"{self.namespace}/{self.pod}"
 
 
+@dataclass(frozen=True)
+class ClaimDevice:
+    """One device of a DRA claim held by one container of one pod (`dynamic_resources`)."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim_name: str
+    claim_namespace: str
+    driver: str
+    pool: str
+    device: str
+
+
+@dataclass(frozen=True)
+class NodeResources:
+    """Everything the containers on the node hold: device-plugin devices and DRA devices."""
+
+    devices: list[HeldDevice]
+    claims: list[ClaimDevice]
+
+
 class PodResourcesClient:
     """A blocking client of `v1.PodResourcesLister/List` on the kubelet's unix socket; the
     channel stays open between calls and is dialled again after a failure.
@@ -56,8 +78,12 @@ class PodResourcesClient:
 
     def list(self) -> list[HeldDevice]:
         """Every device every container on the node holds (PodResourcesError otherwise)."""
+        return self.list_resources().devices
+
+    def list_resources(self) -> NodeResources:
+        """Device-plugin devices and DRA claim devices, from one List call."""
         if self.missing_ok and not self.available():
-            return []
+            return NodeResources([], [])
         if self._stub is None:
             self._channel = grpc.insecure_channel(unix_target(self.socket.absolute()))
             self._stub = pr_grpc.PodResourcesListerSyncStub(self._channel)
@@ -67,13 +93,30 @@ class PodResourcesClient:
             self.close()  # dial again next time: the kubelet may have restarted
             details = exc.details() if hasattr(exc, "details") else str(exc)
             raise PodResourcesError(f"pod-resources API at {self.socket}: {details}") from None
-        return [
+        devices = [
             HeldDevice(pod.namespace, pod.name, c.name, d.resource_name, device_id)
             for pod in reply.pod_resources
             for c in pod.containers
             for d in c.devices
             for device_id in d.device_ids
         ]
+        claims = [
+            ClaimDevice(
+                pod.namespace,
+                pod.name,
+                c.name,
+                dr.claim_name,
+                dr.claim_namespace,
+                r.driver_name,
+                r.pool_name,
+                r.device_name,
+            )
+            for pod in reply.pod_resources
+            for c in pod.containers
+            for dr in c.dynamic_resources
+            for r in dr.claim_resources
+        ]
+        return NodeResources(devices, claims)
 
     def close(self) -> None:
         if self._channel is not None:

@@ -1,9 +1,12 @@
-"""The operator's custom resources as pydantic models: ClusterPolicy and GPUCluster.
+"""The operator's custom resources as pydantic models: ClusterPolicy, GPUCluster and
+NVIDIADriver.
 
 `ClusterPolicy` (`nvidia.com/v1`, cluster-scoped) has the field names and meanings of
 NVIDIA's GPU Operator, so a ClusterPolicy written for the upstream operator (its sample, or
 what its Helm chart renders) is accepted unchanged. `GPUCluster` (`nvidia.com/v1alpha1`) is
-the DRA-oriented alternative; a cluster has one or the other.
+the DRA-oriented alternative; a cluster has one or the other. `NVIDIADriver`
+(`nvidia.com/v1alpha1`) is accepted with every upstream field so NVIDIA's samples apply, and
+reported as not supported in its status.
 
 Attribute names are the wire names (camelCase) on purpose: these models *are* the schema
 (`kubegpu.kube.crds` generates the CRDs from them), and `spec.devicePlugin.config.name`
@@ -30,6 +33,10 @@ ClusterPolicyResource = create_global_resource(
     GROUP, CLUSTER_POLICY_VERSION, "ClusterPolicy", "clusterpolicies"
 )
 GPUClusterResource = create_global_resource(GROUP, GPU_CLUSTER_VERSION, "GPUCluster", "gpuclusters")
+NVIDIA_DRIVER_VERSION = "v1alpha1"
+NVIDIADriverResource = create_global_resource(
+    GROUP, NVIDIA_DRIVER_VERSION, "NVIDIADriver", "nvidiadrivers"
+)
 
 
 class _Model(BaseModel):
@@ -105,12 +112,33 @@ class InitContainerSpec(ImageSpec):
     pass
 
 
+RelabelAction = Literal[
+    "replace", "Replace", "keep", "Keep", "drop", "Drop", "hashmod", "HashMod",
+    "labelmap", "LabelMap", "labeldrop", "LabelDrop", "labelkeep", "LabelKeep",
+    "lowercase", "Lowercase", "uppercase", "Uppercase", "keepequal", "KeepEqual",
+    "dropequal", "DropEqual",
+]  # fmt: skip
+
+
+class RelabelConfig(_Model):
+    """One Prometheus relabeling rule, as the prometheus-operator's ServiceMonitor has it."""
+
+    action: RelabelAction | None = None
+    modulus: Int64 | None = None
+    regex: str | None = None
+    replacement: str | None = None
+    separator: str | None = None
+    sourceLabels: list[str] | None = None
+    targetLabel: str | None = None
+
+
 class ServiceMonitorConfig(_Model):
     enabled: bool | None = Field(None, description="Create a Prometheus ServiceMonitor.")
     interval: str | None = Field(None, description="Scrape interval, e.g. 15s.")
+    scrapeTimeout: str | None = Field(None, description="Scrape timeout, e.g. 10s.")
     honorLabels: bool | None = None
     additionalLabels: dict[str, str] | None = None
-    relabelings: list[FreeForm] | None = None
+    relabelings: list[RelabelConfig] | None = None
 
 
 class OperatorMetrics(_Model):
@@ -261,6 +289,7 @@ class HpcJobMappingSpec(_Model):
 
 
 class DCGMExporterSpec(ComponentSpec):
+    annotations: dict[str, str] | None = Field(None, description="Added to the exporter's pods.")
     config: ConfigMapRef | None = Field(None, description="ConfigMap with dcgm-metrics.csv.")
     serviceMonitor: ServiceMonitorConfig | None = None
     service: ServiceSpec | None = None
@@ -443,24 +472,135 @@ class ClusterPolicyStatus(_Model):
     conditions: list[Condition] | None = None
 
 
-class GPUClusterSpec(_Model):
-    """The DRA-based alternative to ClusterPolicy; kubegpu's operator only detects it."""
+class DraHealthcheckSpec(_Model):
+    enabled: bool | None = None
+    port: Int32 | None = None
 
-    draDriver: FreeForm | None = None
-    dcgm: FreeForm | None = None
-    dcgmExporter: FreeForm | None = None
-    hostPaths: FreeForm | None = None
-    daemonsets: FreeForm | None = None
+
+class DraKubeletPluginSpec(_Model):
+    env: list[EnvVar] | None = Field(None, description="Set on the kubelet plugin's container.")
+    resources: ResourceRequirements | None = None
+    healthcheck: DraHealthcheckSpec | None = None
+
+
+class DraControllerSpec(_Model):
+    env: list[EnvVar] | None = None
+    resources: ResourceRequirements | None = None
+
+
+class DraGpusSpec(_Model):
+    kubeletPlugin: DraKubeletPluginSpec | None = None
+
+
+class DraComputeDomainsSpec(_Model):
+    enabled: bool | None = Field(None, description="ComputeDomains (IMEX): not supported.")
+    controller: DraControllerSpec | None = None
+    kubeletPlugin: DraKubeletPluginSpec | None = None
+
+
+class DraDriverSpec(ImageSpec):
+    """The DRA driver for GPUs (kubegpu runs its own `kubegpu dra-plugin` in its image)."""
+
+    featureGates: dict[str, bool] | None = Field(
+        None, description="Feature gates of the DRA driver (FEATURE_GATES), e.g. DynamicMIG."
+    )
+    gpus: DraGpusSpec | None = None
+    computeDomains: DraComputeDomainsSpec | None = None
+
+
+class GPUClusterHostPathsSpec(_Model):
+    driverInstallDir: str | None = Field(None, description="Where the driver's files are.")
+    kubeletRootDir: str | None = Field(None, description="kubelet's root directory.")
+
+
+class GPUClusterSpec(_Model):
+    """The DRA-based alternative to ClusterPolicy (a singleton named `gpu-cluster`): the DRA
+    plugin, the DeviceClasses and the exporter. It manages neither the driver nor the
+    device plugin."""
+
+    draDriver: DraDriverSpec = DraDriverSpec()
+    dcgm: DCGMSpec = DCGMSpec()
+    dcgmExporter: DCGMExporterSpec = DCGMExporterSpec()
+    hostPaths: GPUClusterHostPathsSpec = GPUClusterHostPathsSpec()
+    daemonsets: DaemonsetsSpec = DaemonsetsSpec()
 
 
 class GPUClusterStatus(_Model):
-    state: str | None = None
+    state: Literal["ready", "notReady", "disabled", "ignored"] | None = Field(
+        None,
+        description="ready, notReady, or ignored (a ClusterPolicy is active, or the "
+        "name is not gpu-cluster).",
+    )
+    namespace: str | None = Field(None, description="Where the operands run.")
+    conditions: list[Condition] | None = None
+
+
+# -- NVIDIADriver ----------------------------------------------------------------------------------
+class NamedConfigMapRef(_Model):
+    name: str | None = Field(None, description="ConfigMap (or Secret) name.")
+
+
+class NVIDIADriverLicensingConfig(_Model):
+    name: str | None = Field(None, description="ConfigMap name (deprecated: secretName).")
+    secretName: str | None = None
+    nlsEnabled: bool | None = None
+
+
+class NVIDIADriverSpec(_Model):
+    """One driver configuration for a set of GPU nodes (upstream's NVIDIADriver). kubegpu
+    accepts it but does not install drivers from it: the operator marks it not supported."""
+
+    driverType: Literal["gpu", "vgpu", "vgpu-host-manager"] | None = None
+    default: bool | None = Field(None, description="For GPU nodes no other NVIDIADriver selects.")
+    usePrecompiled: bool | None = None
+    useOpenKernelModules: bool | None = Field(None, description="Deprecated: kernelModuleType.")
+    kernelModuleType: Literal["auto", "open", "proprietary"] | None = None
+    repository: str | None = None
+    image: str | None = None
+    version: str | None = None
+    imagePullPolicy: str | None = None
+    imagePullSecrets: list[str] | None = None
+    manager: DriverManagerSpec | None = None
+    resources: ResourceRequirements | None = None
+    args: list[str] | None = None
+    env: list[EnvVar] | None = None
+    startupProbe: ProbeSpec | None = None
+    livenessProbe: ProbeSpec | None = None
+    readinessProbe: ProbeSpec | None = None
+    rdma: RdmaSpec | None = None
+    gds: GDSSpec | None = None
+    gdrcopy: GDRCopySpec | None = None
+    repoConfig: NamedConfigMapRef | None = None
+    certConfig: NamedConfigMapRef | None = None
+    licensingConfig: NVIDIADriverLicensingConfig | None = None
+    virtualTopologyConfig: NamedConfigMapRef | None = None
+    kernelModuleConfig: NamedConfigMapRef | None = None
+    secretEnv: str | None = None
+    upgradePolicy: DriverUpgradePolicySpec | None = None
+    nodeSelector: dict[str, str] | None = None
+    nodeAffinity: FreeForm | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = None
+    priorityClassName: str | None = None
+    podSecurityContext: FreeForm | None = None
+    hostNetwork: bool | None = None
+
+
+class NVIDIADriverStatus(_Model):
+    state: Literal["ignored", "ready", "notReady", "disabled"] | None = None
+    namespace: str | None = None
     conditions: list[Condition] | None = None
 
 
 def parse_policy_spec(spec: dict[str, Any] | None) -> ClusterPolicySpec:
     """A ClusterPolicy's `.spec` (as the API server returns it) as a typed model."""
     return ClusterPolicySpec.model_validate(spec or {})
+
+
+def parse_gpu_cluster_spec(spec: dict[str, Any] | None) -> GPUClusterSpec:
+    """A GPUCluster's `.spec` (as the API server returns it) as a typed model."""
+    return GPUClusterSpec.model_validate(spec or {})
 
 
 def unknown_fields(data: Any) -> list[str]:

@@ -4,6 +4,8 @@ It watches only its own Node. Whenever the label's value changes (and once at st
 reconfigures:
 
 1. the named layout must exist and fit this node's GPUs, else `failed` and nothing touched;
+   a name the layouts lack is first waited for (`pending`, `unknown_config_wait_s`): the
+   operator may be moving this manager onto a new ConfigMap that has it;
 2. already applied: `success` with no disruption;
 3. a GPU that must change but on which a workload pod holds a device is refused (unless
    configured to proceed), before any operand is disturbed;
@@ -45,7 +47,7 @@ from kubegpu.kube.labels import (
 )
 from kubegpu.kube.nodes import watch_node
 from kubegpu.kube.podresources import PodResourcesError, list_held_devices
-from kubegpu.mig.config import ConfigError, MigConfigEntry
+from kubegpu.mig.config import ConfigError, MigConfigEntry, MigPartedConfig
 from kubegpu.mig.lock import MigLock, MigLockError
 from kubegpu.mig.parted import (
     ApplyError,
@@ -83,6 +85,10 @@ Reboot = Callable[[], Awaitable[None]]
 
 class Failed(Exception):
     """The reconfiguration cannot finish; the message says why."""
+
+
+class Superseded(Exception):
+    """The label changed while this reconfiguration waited; the new value is handled next."""
 
 
 async def _no_step(_: str) -> None:
@@ -260,7 +266,11 @@ class MigManager:
         previous_state = labels.get(MIG_STATE_LABEL, "")
         paused = self._recorded_pause(node)
         try:
-            entries = await self._validate(name)
+            try:
+                entries = await self._validate(name)
+            except Superseded as exc:
+                log.info("node %s: %r no longer wanted: %s", self.node_name, name, exc)
+                return Outcome(State.PENDING, str(exc))
             await self._step("validated")
             problems = await asyncio.to_thread(assert_config, self.nvml, name, entries)
             if not problems:
@@ -344,9 +354,50 @@ class MigManager:
 
     async def _validate(self, name: str) -> tuple[MigConfigEntry, ...]:
         config = await self.layouts.load()
+        if name not in config.mig_configs and self.settings.unknown_config_wait_s > 0:
+            config = await self._wait_for_config_name(name)
         _, entries = config.select(name, self.layouts.source)
         await asyncio.to_thread(plan_for_node, self.nvml, name, entries)
         return entries
+
+    async def _wait_for_config_name(self, name: str) -> MigPartedConfig:
+        """The label names a config the layouts lack: while the ConfigMap is being switched
+        (the operator rolls this pod onto the new one) that is a wait, state `pending`, not
+        a failure. After `unknown_config_wait_s` the caller's select() fails with the names
+        the layouts do have. A new label value ends the wait (Superseded)."""
+        wait_s = self.settings.unknown_config_wait_s
+        await self._patch(labels={MIG_STATE_LABEL: State.PENDING.value})
+        await node_event(
+            self.client,
+            self.node_name,
+            reason="MigConfigWaiting",
+            message=(
+                f"MIG config {name!r} is not in {self.layouts.source} (yet); waiting up to "
+                f"{wait_s:.0f}s for it, e.g. while the MIG manager moves to a new ConfigMap"
+            ),
+            component=COMPONENT,
+        )
+        log.info("node %s: config %r not in %s; waiting", self.node_name, name, self.layouts.source)
+        deadline = time.monotonic() + wait_s
+        while True:
+            await asyncio.sleep(min(self.settings.poll_s * 5, wait_s))
+            if self._desired != name:
+                raise Superseded(f"the label now asks for {self._desired!r}")
+            over = time.monotonic() >= deadline
+            try:
+                config = await self.layouts.load()
+            except ConfigError:
+                if over:  # the source itself is broken: that is the failure to report
+                    raise
+                continue
+            if name in config.mig_configs:
+                return config
+            if over:
+                known = ", ".join(sorted(config.mig_configs))
+                raise Failed(
+                    f"unknown config name {name!r}: not in {self.layouts.source} after "
+                    f"waiting {wait_s:.0f}s (known: {known})"
+                )
 
     def _changing(self, name: str, entries: tuple[MigConfigEntry, ...]) -> list[int]:
         states = {s.index: s for s in read_node(self.nvml)}

@@ -58,6 +58,10 @@ class MigManagerSettings:
     reboot_command: tuple[str, ...] = ("chroot", "/host", "reboot")
     reboot_timeout_s: float = 600.0
     pods_timeout_s: float = 300.0
+    # a label naming a config the layouts do not have (yet): the ConfigMap may be being
+    # switched (the manager's pod is rolled to the new one); wait this long, state
+    # `pending`, before `failed`. 0: fail at once.
+    unknown_config_wait_s: float = 60.0
     poll_s: float = 1.0
     pod_resources_socket: Path | None = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     busy_gpus: Literal["refuse", "proceed"] = "refuse"

@@ -29,6 +29,7 @@ from kubegpu.nvml.types import (
     MemoryInfo,
     MigDeviceInfo,
     MigMode,
+    NvLinkThroughput,
     Placement,
     ProcessInfo,
     RemappedRows,
@@ -167,6 +168,10 @@ class Nvml(ABC):
     def remapped_rows(self, index: int) -> RemappedRows:
         raise NotSupported("remapped rows")
 
+    def nvlink_throughput(self, index: int) -> NvLinkThroughput:
+        """Data moved over the GPU's active NVLinks since the driver loaded (none: 0 links)."""
+        raise NotSupported("NVLink throughput")
+
     def activity(self, index: int, gpu_instance_id: int | None = None) -> Activity:
         """Profiling ratios of the GPU, or of one of its GPU instances."""
         raise NotSupported("GPU performance monitoring")
@@ -213,6 +218,7 @@ class Nvml(ABC):
             decoder_percent=_optional(self.decoder_utilization, index),
             memory=memory,
             remapped_rows=_optional(self.remapped_rows, index),
+            nvlink=_optional(self.nvlink_throughput, index),
             activity=_optional(self.activity, index) or Activity(),
             mig_enabled=mig,
             gpu_instances=tuple(instances),

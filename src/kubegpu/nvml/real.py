@@ -34,6 +34,7 @@ from kubegpu.nvml.types import (
     MemoryInfo,
     MigDeviceInfo,
     MigMode,
+    NvLinkThroughput,
     Placement,
     ProcessInfo,
     RemappedRows,
@@ -508,6 +509,35 @@ class RealNvml(Nvml):
     def remapped_rows(self, index: int) -> RemappedRows:
         corr, unc, pending, failed = _call(pynvml.nvmlDeviceGetRemappedRows, self._handle(index))
         return RemappedRows(int(corr), int(unc), bool(pending), bool(failed))
+
+    def _active_nvlinks(self, h: Any) -> list[int]:
+        active = []
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            try:
+                if int(pynvml.nvmlDeviceGetNvLinkState(h, link)) == NVLINK_ACTIVE:
+                    active.append(link)
+            except pynvml.NVMLError as exc:
+                if int(exc.value) in (errors.NotSupported.code, errors.InvalidArgument.code):
+                    continue  # no such link on this GPU, or no NVLink at all
+                raise errors.error_for_code(int(exc.value), str(exc)) from None
+        return active
+
+    def nvlink_throughput(self, index: int) -> NvLinkThroughput:
+        """The payload counters of each active link (field id, scope = the link), summed."""
+        h = self._handle(index)
+        links = self._active_nvlinks(h)
+        if not links:
+            return NvLinkThroughput(0, 0, 0)
+        tx_id = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+        rx_id = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+        request = [(field, link) for link in links for field in (tx_id, rx_id)]
+        totals = {tx_id: 0, rx_id: 0}
+        for value in _call(pynvml.nvmlDeviceGetFieldValues, h, request):
+            code = int(value.nvmlReturn)
+            if code != 0:
+                raise errors.error_for_code(code, f"GPU {index}: NVLink throughput field")
+            totals[int(value.fieldId)] += int(_field_number(value))
+        return NvLinkThroughput(len(links), totals[tx_id], totals[rx_id])
 
     def _mig_handle(self, index: int, gpu_instance_id: int) -> Any:
         h = self._handle(index)

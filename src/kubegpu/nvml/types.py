@@ -172,6 +172,21 @@ class RemappedRows:
 
 
 @dataclass(frozen=True)
+class NvLinkThroughput:
+    """Data a GPU moved over its NVLinks since the driver loaded, its active links together
+    (NVML's NVLINK_THROUGHPUT_DATA_TX/RX fields, KiB of payload). A GPU without NVLink, or
+    whose links are all down, has no active link and moves nothing."""
+
+    active_links: int
+    tx_kib: int
+    rx_kib: int
+
+    @property
+    def total_kib(self) -> int:
+        return self.tx_kib + self.rx_kib
+
+
+@dataclass(frozen=True)
 class Activity:
     """Profiling ratios (0.0-1.0) and PCIe rates of a GPU or one GPU instance.
 
@@ -219,6 +234,7 @@ class DeviceSample:
     decoder_percent: int | None = None
     memory: MemoryInfo | None = None
     remapped_rows: RemappedRows | None = None
+    nvlink: NvLinkThroughput | None = None
     activity: Activity = Activity()
     mig_enabled: bool = False
     gpu_instances: tuple[GpuInstanceSample, ...] = ()

@@ -5,9 +5,11 @@ keep caches of the ClusterPolicies, GPUClusters, Nodes and every object the oper
 (selected server-side by the `app.kubernetes.io/managed-by` label). Any relevant change
 marks the world dirty; the loop debounces and runs `reconcile_once()`, which:
 
-1. picks the active ClusterPolicy (the oldest; others get `ignored`), and stops with a
-   clear condition if a GPUCluster exists as well;
-2. labels the GPU nodes (`labels.label_changes`), patching only nodes that need it;
+1. picks the active resource: the oldest of the ClusterPolicies and the GPUCluster
+   `gpu-cluster` (`gpucluster.choose`); the others get `ignored` with a condition saying
+   which one is active, and the active one reports the conflict while they exist;
+2. labels the GPU nodes (`labels.label_changes`, or `gpucluster.dra_label_changes` under
+   a GPUCluster), patching only nodes that need it;
 3. renders the desired objects and applies, under one field manager, only those whose
    hash differs from the live object's `nvidia.com/last-applied-hash`;
 4. deletes owned objects that are no longer desired (disabled components);
@@ -25,7 +27,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -43,12 +45,22 @@ from lightkube.resources.rbac_authorization_v1 import (
     Role,
     RoleBinding,
 )
+from lightkube.resources.resource_v1 import DeviceClass
 from lightkube.types import PatchType
 
 from kubegpu.kube.informer import Informer, key_of
-from kubegpu.kube.policy import ClusterPolicyResource, GPUClusterResource, parse_policy_spec
+from kubegpu.kube.policy import (
+    GPU_CLUSTER_VERSION,
+    GROUP,
+    ClusterPolicyResource,
+    GPUClusterResource,
+    parse_gpu_cluster_spec,
+    parse_policy_spec,
+)
+from kubegpu.operator import gpucluster
 from kubegpu.operator import labels as node_labels
 from kubegpu.operator import status as st
+from kubegpu.operator.nvidiadriver import DriverStatusReporter
 from kubegpu.operator.render import (
     DEFAULT_IMAGE,
     DEFAULT_NAMESPACE,
@@ -83,10 +95,14 @@ OWNED: dict[str, tuple[Any, bool]] = {
     "DaemonSet": (DaemonSet, True),
     "Service": (Service, True),
     "ServiceMonitor": (ServiceMonitorResource, True),
+    "DeviceClass": (DeviceClass, False),
 }
+# kinds whose API may be missing (a CRD not installed, resource.k8s.io not served)
+OPTIONAL_KINDS = ("ServiceMonitor", "DeviceClass")
 # prune in this order: workloads first, their permissions last
 PRUNE_ORDER = (
     "DaemonSet",
+    "DeviceClass",
     "ServiceMonitor",
     "Service",
     "ConfigMap",
@@ -167,6 +183,14 @@ class Api:
         out: Obj = dict(result)
         return out
 
+    async def gpu_cluster_status(self, name: str, status: Obj) -> Obj:
+        self.count("status")
+        result = await self.client.patch(
+            GPUClusterResource.Status, name, {"status": status}, patch_type=PatchType.MERGE
+        )
+        out: Obj = dict(result)
+        return out
+
     async def label_namespace(self, name: str, labels: Mapping[str, str]) -> None:
         self.count("patch")
         await self.client.patch(
@@ -186,7 +210,11 @@ class Operator:
             return Informer(client, resource, renew_s=renew, count=self.api.count, **kw)
 
         self.policies = informer(ClusterPolicyResource, on_change=self._policy_changed)
-        self.gpu_clusters = informer(GPUClusterResource, on_change=self._any_change, optional=True)
+        self.gpu_clusters = informer(
+            GPUClusterResource, on_change=self._policy_changed, optional=True
+        )
+        # NVIDIADrivers are accepted, not reconciled: their status says so
+        self.drivers = DriverStatusReporter(client, renew_s=renew, count=self.api.count)
         self.nodes = informer(Node, on_change=self._node_changed)
         self.owned: dict[str, Informer] = {
             kind: informer(
@@ -194,7 +222,7 @@ class Operator:
                 namespace=ns if namespaced else None,
                 labels=owned,
                 on_change=self._owned_changed,
-                optional=kind == "ServiceMonitor",
+                optional=kind in OPTIONAL_KINDS,
             )
             for kind, (resource, namespaced) in OWNED.items()
         }
@@ -244,6 +272,7 @@ class Operator:
         for inf in self.informers:
             self._tasks.append(asyncio.create_task(inf.run(), name=f"informer:{inf.kind}"))
         self._tasks.append(asyncio.create_task(self._loop(), name="reconcile"))
+        self._tasks.append(asyncio.create_task(self.drivers.run(), name="nvidiadriver-status"))
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -316,34 +345,39 @@ class Operator:
     async def reconcile_once(self) -> None:
         self.reconciles += 1
         ns = self.config.namespace
-        policies = sorted(
-            self.policies.items(),
-            key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]),
-        )
-        policies = [p for p in policies if not p["metadata"].get("deletionTimestamp")]
-        if not policies:
-            return
-        active, others = policies[0], policies[1:]
-        for other in others:
-            await self._write_status(
-                other, _ignored(ns, active["metadata"]["name"], other.get("status"))
+        choice = gpucluster.choose(self.policies.items(), self.gpu_clusters.items())
+        now = _now()
+        for ignored in choice.ignored_policies:
+            status = st.ignored_status(
+                ignored.reason, ignored.message, ignored.obj.get("status"), ns, now
             )
+            await self._write_status(ignored.obj, status)
+        for ignored in choice.ignored_clusters:
+            status = st.ignored_status(
+                ignored.reason, ignored.message, ignored.obj.get("status"), ns, now
+            )
+            await self._write_cluster_status(ignored.obj, status)
+        active = choice.active
+        if active is None:
+            return
         generation = _generation(active)
-        conflicts = sorted(o["metadata"]["name"] for o in self.gpu_clusters.items())
-        if conflicts:
-            outcome = st.conflict_outcome(conflicts)
-            self.last_outcome = outcome
-            await self._write_status(
-                active, st.policy_status(outcome, active.get("status"), ns, _now(), generation)
-            )
-            return
-        spec = parse_policy_spec(active.get("spec"))
-        await self._label_nodes(spec)
-        if spec.psa.enabled and self._psa_done != (active["metadata"]["uid"], generation):
-            await self.api.label_namespace(ns, PSA_LABELS)
-            self._psa_done = (active["metadata"]["uid"], generation)
-        facts = self._facts(active)
-        rendered = render(spec, facts)
+        kind = choice.kind or "ClusterPolicy"
+        # label first, then read the facts: a reconcile that counted GPU nodes before it set
+        # their gpu.present label would render no DaemonSet and call the policy ready
+        # ("no GPU node in the cluster") on a cluster of GPU nodes
+        if kind == "GPUCluster":
+            gc = parse_gpu_cluster_spec(active.get("spec"))
+            await self._label_nodes(lambda labels: gpucluster.dra_label_changes(labels, gc))
+            facts = self._facts(active, kind)
+            rendered = gpucluster.render_gpu_cluster(gc, facts)
+        else:
+            spec = parse_policy_spec(active.get("spec"))
+            await self._label_nodes(lambda labels: gpucluster.policy_label_changes(labels, spec))
+            if spec.psa.enabled and self._psa_done != (active["metadata"]["uid"], generation):
+                await self.api.label_namespace(ns, PSA_LABELS)
+                self._psa_done = (active["metadata"]["uid"], generation)
+            facts = self._facts(active, kind)
+            rendered = render(spec, facts)
         apply_errors: list[str] = []
         if not rendered.problems:
             apply_errors = await self._apply(rendered)
@@ -354,14 +388,24 @@ class Operator:
             gpu_nodes=facts.gpu_nodes,
             nfd_labels=any(node_labels.has_nfd_labels(_labels(n)) for n in self.nodes.items()),
             apply_errors=apply_errors,
+            kind=kind,
         )
+        if outcome.ok and choice.conflicting:
+            names = [c.split(" ", 1)[1] for c in choice.conflicting]
+            outcome = (
+                st.conflict_outcome(names)
+                if kind == "ClusterPolicy"
+                else st.policy_conflict_outcome(names)
+            )
         self.last_outcome = outcome
-        await self._write_status(
-            active, st.policy_status(outcome, active.get("status"), ns, _now(), generation)
-        )
+        status = st.policy_status(outcome, active.get("status"), ns, now, generation)
+        if kind == "GPUCluster":
+            await self._write_cluster_status(active, status)
+        else:
+            await self._write_status(active, status)
 
     # -- steps ---------------------------------------------------------------------------------------------
-    def _facts(self, policy: Obj) -> ClusterFacts:
+    def _facts(self, policy: Obj, kind: str = "ClusterPolicy") -> ClusterFacts:
         gpu_nodes = sorted(
             (n for n in self.nodes.items() if _labels(n).get(node_labels.GPU_PRESENT) == "true"),
             key=lambda n: n["metadata"]["name"],
@@ -369,16 +413,23 @@ class Operator:
         return ClusterFacts(
             namespace=self.config.namespace,
             kubegpu_image=self.config.kubegpu_image,
-            owner=Owner(policy["metadata"]["name"], policy["metadata"]["uid"]),
+            owner=Owner(
+                policy["metadata"]["name"],
+                policy["metadata"]["uid"],
+                kind,
+                f"{GROUP}/{GPU_CLUSTER_VERSION}" if kind == "GPUCluster" else f"{GROUP}/v1",
+            ),
             gpu_nodes=len(gpu_nodes),
             os_tag=node_labels.os_tag(_labels(gpu_nodes[0])) if gpu_nodes else None,
             service_monitor_crd=self.owned["ServiceMonitor"].available,
             image_env=self.config.image_env,
         )
 
-    async def _label_nodes(self, spec: Any) -> None:
+    async def _label_nodes(
+        self, changes: Callable[[dict[str, str]], Mapping[str, str | None]]
+    ) -> None:
         for node in self.nodes.items():
-            patch = node_labels.label_changes(_labels(node), spec)
+            patch = changes(_labels(node))
             if patch:
                 name = node["metadata"]["name"]
                 log.info("node %s: labels %s", name, patch)
@@ -396,7 +447,7 @@ class Operator:
             namespace = str(meta.get("namespace") or "")
             desired.add((kind, namespace, meta["name"]))
             informer = self.owned[kind]
-            if kind == "ServiceMonitor" and not informer.available:
+            if kind in OPTIONAL_KINDS and not informer.available:
                 continue
             live = informer.get(namespace, meta["name"])
             if live is not None and _hash(live) == meta["annotations"][HASH_ANNOTATION]:
@@ -419,6 +470,17 @@ class Operator:
                 await self.api.delete(kind, namespace, name)
                 self.owned[kind].forget(namespace, name)
         return errors
+
+    async def _write_cluster_status(self, cluster: Obj, status: Obj) -> None:
+        if (cluster.get("status") or {}) == status:
+            return
+        try:
+            self.gpu_clusters.store(
+                await self.api.gpu_cluster_status(cluster["metadata"]["name"], status)
+            )
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
 
     async def _write_status(self, policy: Obj, status: Obj) -> None:
         current = policy.get("status") or {}
@@ -444,25 +506,3 @@ def _hash(obj: Obj) -> str | None:
 
 def _generation(obj: Obj) -> int:
     return int((obj.get("metadata") or {}).get("generation") or 0)
-
-
-def _ignored(namespace: str, active: str, previous: Obj | None) -> Obj:
-    message = f"only the oldest ClusterPolicy is used; {active!r} is active"
-    since = _now()
-    for c in (previous or {}).get("conditions") or []:
-        if c.get("type") == "Ready" and c.get("reason") == "Ignored" and c.get("status") == "False":
-            since = c.get("lastTransitionTime", since)
-    return {
-        "state": st.IGNORED,
-        "namespace": namespace,
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": "False",
-                "reason": "Ignored",
-                "message": message,
-                "lastTransitionTime": since,
-                "observedGeneration": 0,
-            }
-        ],
-    }

@@ -4,7 +4,9 @@ Node agents read only what they need; the only cluster-wide write they get is `p
 Nodes (labels), and only the agents that publish labels get that. Nothing reads Secrets,
 and no rule uses `*`. The operator itself (the Helm chart's ClusterRole) must hold every
 permission it grants here, so Kubernetes' escalation check lets it create these roles; a
-test checks that.
+test checks that. What each ServiceAccount may do, and why, is listed in docs/security.md;
+tests compare that list with these rules and ask a real API server (a rule added here
+without a row there fails).
 """
 
 from __future__ import annotations
@@ -103,6 +105,18 @@ def operand_rbac(state: str, spec: ClusterPolicySpec) -> OperandRbac:
             return OperandRbac("nvidia-kata-manager", [NODES_READ])
         case "state-cc-manager":
             return OperandRbac("nvidia-cc-manager", [NODES_LABEL])
+        case "state-dra-driver":
+            # publishes its node's ResourceSlices, reads the claims it prepares and its
+            # Node (the slices' owner), reports failed prepares
+            return OperandRbac(
+                "nvidia-dra-driver-gpu",
+                [
+                    rule("resource.k8s.io", ["resourceslices"], [*READ, "create", "delete"]),
+                    rule("resource.k8s.io", ["resourceclaims"], ["get"]),
+                    rule("", ["nodes"], ["get"]),
+                    EVENTS_CREATE,
+                ],
+            )
     raise KeyError(f"no operand RBAC for state {state!r}")
 
 

@@ -40,7 +40,7 @@ from kubegpu.operator.operands.context import (
     object_hash,
 )
 from kubegpu.operator.operands.native import default_mig_config
-from kubegpu.operator.states import STATES
+from kubegpu.operator.states import STATES, OperandState
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -112,10 +112,17 @@ def render(spec: ClusterPolicySpec, facts: ClusterFacts) -> Rendered:
         return Rendered(
             tuple(StateObjects(s.name, s.enabled(spec)) for s in STATES), tuple(problems)
         )
+    return render_states(STATES, spec, facts)
+
+
+def render_states(
+    states: Sequence[OperandState], spec: ClusterPolicySpec, facts: ClusterFacts
+) -> Rendered:
+    """Each state's desired objects, in the order given; disabled states have none. Shared
+    by the ClusterPolicy's states and the GPUCluster's (which render through a policy view)."""
     out = []
-    for state in STATES:
-        enabled = state.enabled(spec)
-        if not enabled:
+    for state in states:
+        if not state.enabled(spec):
             out.append(StateObjects(state.name, False))
             continue
         ctx = RenderContext(spec, facts, state)

@@ -26,6 +26,9 @@ NFD_LABELS_MISSING = "NFDLabelsMissing"
 NO_GPU_NODES = "NoGPUNodes"
 OPERAND_NOT_READY = "OperandNotReady"
 GPU_CLUSTER_CONFLICT = "GPUClusterConflict"
+CLUSTER_POLICY_CONFLICT = "ClusterPolicyConflict"
+IGNORED_REASON = "Ignored"
+EXCLUSIVE = "a cluster is configured by a ClusterPolicy or by a GPUCluster, never both"
 
 
 def daemonset_ready(ds: Obj | None) -> bool:
@@ -60,7 +63,7 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.reason not in {RECONCILE_FAILED, GPU_CLUSTER_CONFLICT}
+        return self.reason not in {RECONCILE_FAILED, GPU_CLUSTER_CONFLICT, CLUSTER_POLICY_CONFLICT}
 
 
 def evaluate(
@@ -70,8 +73,10 @@ def evaluate(
     gpu_nodes: int,
     nfd_labels: bool,
     apply_errors: Sequence[str] = (),
+    kind: str = "ClusterPolicy",
 ) -> Outcome:
-    """The policy's overall state from its rendered states and the observed DaemonSets."""
+    """The policy's (or GPUCluster's) overall state from its rendered states and the
+    observed DaemonSets."""
     failures = [*rendered.problems, *(f"{s.name}: {s.error}" for s in rendered.states if s.error)]
     failures += list(apply_errors)
     if failures:
@@ -85,7 +90,7 @@ def evaluate(
         return Outcome(
             NOT_READY,
             OPERAND_NOT_READY,
-            f"ClusterPolicy is not ready; states not ready: [{' '.join(not_ready)}]",
+            f"{kind} is not ready; states not ready: [{' '.join(not_ready)}]",
             not_ready,
         )
     if not nfd_labels:
@@ -95,22 +100,49 @@ def evaluate(
             "no node carries Node Feature Discovery labels: GPU nodes cannot be detected",
         )
     if gpu_nodes == 0:
-        return Outcome(READY, NO_GPU_NODES, "ClusterPolicy is ready; no GPU node in the cluster")
+        return Outcome(READY, NO_GPU_NODES, f"{kind} is ready; no GPU node in the cluster")
     return Outcome(
         READY,
         RECONCILED,
-        "ClusterPolicy is ready as all resources have been successfully reconciled",
+        f"{kind} is ready as all resources have been successfully reconciled",
     )
 
 
 def conflict_outcome(gpu_clusters: Sequence[str]) -> Outcome:
+    """The active (older) ClusterPolicy's outcome while GPUClusters exist as well: its
+    operands stay, but the cluster is not in a state to call ready."""
     names = ", ".join(gpu_clusters)
     return Outcome(
         NOT_READY,
         GPU_CLUSTER_CONFLICT,
-        f"GPUCluster {names} exists: a cluster is configured by a ClusterPolicy or by a "
-        "GPUCluster, never both; delete one of them (nothing is reconciled until then)",
+        f"GPUCluster {names} exists: {EXCLUSIVE}; this ClusterPolicy is older and stays "
+        "active, the GPUCluster is ignored; delete one of them",
     )
+
+
+def policy_conflict_outcome(policies: Sequence[str]) -> Outcome:
+    """The active (older) GPUCluster's outcome while ClusterPolicies exist as well."""
+    names = ", ".join(policies)
+    return Outcome(
+        NOT_READY,
+        CLUSTER_POLICY_CONFLICT,
+        f"ClusterPolicy {names} exists: {EXCLUSIVE}; this GPUCluster is older and stays "
+        "active, the ClusterPolicy is ignored; delete one of them",
+    )
+
+
+def ignored_status(
+    reason: str, message: str, previous: Obj | None, namespace: str, now: str
+) -> Obj:
+    """The status of a resource that is not the active one (another is older, or its name
+    is wrong): state `ignored`, Ready False with the reason; Error True for a conflict
+    between a ClusterPolicy and a GPUCluster, which needs someone to delete one."""
+    error = reason in {GPU_CLUSTER_CONFLICT, CLUSTER_POLICY_CONFLICT}
+    outcome = Outcome(IGNORED, reason, message)
+    conds = conditions(outcome, (previous or {}).get("conditions") or [], now, 0)
+    if not error:
+        conds = conds[:1]
+    return {"state": IGNORED, "namespace": namespace, "conditions": conds}
 
 
 def conditions(outcome: Outcome, previous: Sequence[Obj], now: str, generation: int) -> list[Obj]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kubegpu.base import loader
+from kubegpu.base.process import pid_alive
 from kubegpu.nvml import SpecError, parse_spec
 from kubegpu.sim.controlplane import ControlPlane, ControlPlaneError
 from kubegpu.sim.node import SimNode, SimNodeConfig
@@ -43,6 +44,9 @@ class NodeEntry(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     cpu: str = "32"
     memory: str = "256Gi"
+    # Node Feature Discovery's labels (pci-10de.present...) on the node; false: a cluster
+    # without NFD, where kubegpu's node labeller (chart value nfd.enabled=false) finds GPUs
+    nfd: bool = True
 
     @field_validator("gpus")
     @classmethod
@@ -104,6 +108,7 @@ class SimCluster:
                         labels=entry.labels,
                         cpu=entry.cpu,
                         memory=entry.memory,
+                        nfd=entry.nfd,
                     ),
                     self.kubeconfig,
                 )
@@ -148,9 +153,7 @@ def stop_running(workdir: Path, timeout_s: float = 30.0) -> str:
 
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
+                if not pid_alive(pid):
                     break
                 time.sleep(0.2)
             else:

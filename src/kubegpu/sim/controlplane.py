@@ -49,6 +49,7 @@ from typing import Any, Final, Self
 
 import yaml
 
+from kubegpu.base.process import pid_alive
 from kubegpu.sim.certs import (
     CertificateAuthority,
     IssuedCert,
@@ -60,6 +61,7 @@ from kubegpu.sim.certs import (
 __all__ = [
     "BUILD_HINT",
     "COMPONENTS",
+    "DEFAULT_FEATURE_GATES",
     "ControlPlane",
     "ControlPlaneError",
     "PidRecord",
@@ -83,6 +85,12 @@ SERVICE_CIDR: Final = "10.96.0.0/12"
 SERVICE_IP: Final = "10.96.0.1"  # the `kubernetes` Service: first address of SERVICE_CIDR
 CLUSTER_NAME: Final = "kubegpu"
 LOOPBACK: Final = "127.0.0.1"
+
+#: Feature gates every control plane runs with (``feature_gates`` adds to or overrides them).
+#: Dynamic Resource Allocation itself is GA and on in 1.35 (the ``resource.k8s.io/v1`` API,
+#: the scheduler's DRA plugin and the resource-claim controller); partitionable devices
+#: (``sharedCounters`` / ``consumesCounters``, what dynamic MIG publishes) are still alpha.
+DEFAULT_FEATURE_GATES: Final[Mapping[str, bool]] = {"DRAPartitionableDevices": True}
 
 _ETCD_QUOTA_BYTES: Final = 512 * 1024 * 1024
 _PORT_ATTEMPTS: Final = 5  # launches of one component when its port was taken meanwhile
@@ -249,13 +257,7 @@ class PidRecord:
         if self.pid <= 1:
             return False
         if not _have_proc():
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
-                return False
-            except PermissionError:
-                return True
-            return True
+            return pid_alive(self.pid)
         stat = _proc_stat(self.pid)
         if stat is None or stat[0] in ("Z", "X"):
             return False
@@ -364,7 +366,8 @@ class ControlPlane:
         bin_dir: the binaries' directory (default: see :func:`find_bin_dir`).
         fsync: let etcd fsync (off by default: the cluster is disposable, and tests faster).
         keep_data: keep etcd's data from an earlier run in ``workdir`` instead of wiping it.
-        feature_gates: Kubernetes feature gates for all three Kubernetes components.
+        feature_gates: Kubernetes feature gates for all three Kubernetes components, on top
+            of :data:`DEFAULT_FEATURE_GATES` (a gate given here wins).
         verbosity: klog ``--v`` of the Kubernetes components.
     """
 
@@ -382,7 +385,7 @@ class ControlPlane:
         self._bin_dir_arg = bin_dir
         self._fsync = fsync
         self._keep_data = keep_data
-        self._feature_gates = dict(feature_gates or {})
+        self._feature_gates = {**DEFAULT_FEATURE_GATES, **(feature_gates or {})}
         self._verbosity = verbosity
         self._binaries: dict[str, Path] = {}
         self._procs: dict[str, _Proc] = {}
@@ -815,6 +818,9 @@ class ControlPlane:
                 f"--client-ca-file={self._pki('ca.crt')}",
                 f"--kubelet-client-certificate={self._pki('apiserver-kubelet-client.crt')}",
                 f"--kubelet-client-key={self._pki('apiserver-kubelet-client.key')}",
+                # as kubeadm sets it: a simulated node's name resolves nowhere, its
+                # InternalIP is where its kubelet (logs) and host-network pods listen
+                "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction",
                 "--allow-privileged=true",

@@ -202,6 +202,10 @@ class DeviceManager:
                     raise AdmissionError(
                         f"Allocate failed due to {exc.details()}, which is unexpected"
                     ) from None
+                except grpc.aio.UsageError as exc:  # the plugin went away: channel closed
+                    raise AdmissionError(
+                        f"Allocate failed due to {exc}, which is unexpected"
+                    ) from None
                 (car,) = response.container_responses
                 result.devices[resource] = chosen
                 result.envs.update(car.envs)
@@ -230,6 +234,9 @@ class DeviceManager:
             response = await ep.stub.GetPreferredAllocation(request)
         except grpc.aio.AioRpcError as exc:
             log.warning("GetPreferredAllocation for %s failed: %s", ep.resource, exc.details())
+            return None
+        except grpc.aio.UsageError as exc:  # the plugin went away: channel closed
+            log.warning("GetPreferredAllocation for %s failed: %s", ep.resource, exc)
             return None
         ids = (
             list(response.container_responses[0].deviceIDs) if response.container_responses else []

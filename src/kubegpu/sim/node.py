@@ -27,7 +27,11 @@ from lightkube.resources.core_v1 import Node, NodeStatus, Pod
 from lightkube.types import PatchType, on_error_retry
 
 from kubegpu.nvml.sim import SimControls, SimNvml
+from kubegpu.sim import netaddr
 from kubegpu.sim.devices import DeviceManager
+from kubegpu.sim.dra import DraManager
+from kubegpu.sim.kubeletserver import KubeletServer, LogSource, serving_context
+from kubegpu.sim.netaddr import NodeAddress
 from kubegpu.sim.podresources import PodRef, PodResourcesServer
 from kubegpu.sim.pods import NodeContext, PodRunner, cancel_all, kill_pod_processes, now
 
@@ -71,6 +75,18 @@ class SimNodeConfig:
     lease_interval_s: float = 10.0
     status_interval_s: float = 60.0
     kubegpu_images: tuple[str, ...] = ("kubegpu",)
+    nfd: bool = True  # Node Feature Discovery runs: the node carries its labels
+
+
+def write_pci_devices(sysfs: Path, nvml: SimNvml) -> None:
+    """The simulated GPUs on the node's PCI bus (`<root>/sys/bus/pci/devices/<address>`),
+    where a host-path /sys mount shows them to the node's pods (the node labeller)."""
+    for d in nvml.devices():
+        entry = sysfs / "bus/pci/devices" / d.pci_bus_id.lower()[-12:]
+        entry.mkdir(parents=True, exist_ok=True)
+        (entry / "vendor").write_text(f"0x{d.pci_device_id & 0xFFFF:04x}\n")
+        (entry / "device").write_text(f"0x{d.pci_device_id >> 16:04x}\n")
+        (entry / "class").write_text("0x030200\n")  # 3D controller, as data-centre GPUs
 
 
 class SimNode:
@@ -87,18 +103,29 @@ class SimNode:
             self.root / "var/lib/kubelet/device-plugins", self._capacity_changed
         )
         self.devices.on_allocations = self._allocations_changed
+        self.dra = DraManager(self.name, self.root)  # DRA plugins and resource claims
         self.pod_resources = PodResourcesServer(
-            self.root / "var/lib/kubelet/pod-resources/kubelet.sock", self.devices, self._pod_refs
+            self.root / "var/lib/kubelet/pod-resources/kubelet.sock",
+            self.devices,
+            self._pod_refs,
+            self.dra.dynamic_resources,
         )
         self.runners: dict[str, PodRunner] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._status_lock = asyncio.Lock()
         self._last_resources: dict[str, tuple[int, int]] = {}
         self._ctx: NodeContext | None = None
+        self.network: NodeAddress | None = None  # claimed at start, released at stop
+        self.kubelet: KubeletServer | None = None  # the logs endpoint the API server proxies to
 
     @property
     def gpu_state(self) -> Path:
         return self.root / "var/lib/kubegpu-sim/gpus.json"
+
+    @property
+    def address(self) -> str:
+        """The node's InternalIP (its own address once started, see sim.netaddr)."""
+        return self.network.ip if self.network else "127.0.0.1"
 
     @property
     def reboot_request(self) -> Path:
@@ -110,6 +137,7 @@ class SimNode:
         if self.config.gpus:
             self.nvml = SimNvml.create(self.gpu_state, self.config.gpus)
             self.lab = SimControls.of(self.nvml)
+            write_pci_devices(self.root / "sys", self.nvml)
         config = KubeConfig.from_file(self.kubeconfig)
         self.client = AsyncClient(config, field_manager="kubegpu-sim-kubelet")
         context = config.get()
@@ -119,6 +147,7 @@ class SimNode:
         server = str(cluster.server)
         host, _, port = server.removeprefix("https://").partition(":")
         extra_env = {"KUBEGPU_NVML": f"sim:{self.gpu_state}"} if self.nvml else {}
+        self.network = await asyncio.to_thread(netaddr.claim, str(self.root.resolve()))
         self._ctx = NodeContext(
             name=self.name,
             root=self.root,
@@ -128,9 +157,16 @@ class SimNode:
             api_port=int(port or 443),
             extra_env=extra_env,
             kubegpu_images=self.config.kubegpu_images,
+            address=self.network.ip,
+            bind_ip=self.network.ip if self.network.rewrites_binds else None,
+            dra=self.dra,
         )
         await self.devices.start()
         await self.pod_resources.start()
+        await self.dra.start(self.client)  # wipes the node's ResourceSlices first
+        tls = serving_context(self.root / "var/lib/kubelet/pki", self.name, [self.address])
+        self.kubelet = KubeletServer(self._log_source, self.address, tls)
+        await self.kubelet.start()
         await self._register()
         self._tasks = [
             asyncio.create_task(self._lease_loop(), name=f"{self.name}:lease"),
@@ -147,6 +183,13 @@ class SimNode:
         kill_pod_processes(self.root)
         await self.pod_resources.stop()
         await self.devices.stop()
+        await self.dra.stop()
+        if self.kubelet is not None:
+            await self.kubelet.stop()
+            self.kubelet = None
+        if self.network is not None:
+            await asyncio.to_thread(netaddr.release, self.network)
+            self.network = None
         if self.client is not None:
             await self.client.close()
             self.client = None
@@ -215,7 +258,7 @@ class SimNode:
                 },
             ],
             "addresses": [
-                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "InternalIP", "address": self.address},
                 {"type": "Hostname", "address": self.name},
             ],
             "nodeInfo": {
@@ -230,7 +273,9 @@ class SimNode:
                 "operatingSystem": "linux",
                 "architecture": "amd64",
             },
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "daemonEndpoints": {
+                "kubeletEndpoint": {"Port": self.kubelet.port if self.kubelet else 10250}
+            },
         }
 
     async def _register(self) -> None:
@@ -240,7 +285,7 @@ class SimNode:
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",
             "node.kubernetes.io/instance-type": "kubegpu-sim",
-            **gpu_node_labels(bool(self.nvml)),
+            **(gpu_node_labels(bool(self.nvml)) if self.config.nfd else {}),
             **self.config.labels,
         }
         try:
@@ -321,6 +366,12 @@ class SimNode:
                     data["metadata"]["name"],
                 )
 
+    def _log_source(self, namespace: str, pod: str, container: str) -> LogSource | None:
+        for runner in self.runners.values():
+            if runner.namespace == namespace and runner.name == pod:
+                return runner.log_source(container)
+        return None
+
     def _context(self) -> NodeContext:
         assert self._ctx is not None
         return self._ctx
@@ -334,6 +385,7 @@ class SimNode:
             await runner.stop(float(grace) if grace is not None else None)
             runner.cleanup()
         self.devices.release(uid)
+        self.dra.release(uid)
         with contextlib.suppress(ApiError):
             await self.client.delete(
                 Pod,
@@ -348,10 +400,12 @@ class SimNode:
             await runner.stop(0)
             runner.cleanup()
         self.devices.release(uid)
+        self.dra.release(uid)
 
     async def _pod_exited(self, runner: PodRunner) -> None:
         """A pod finished (Succeeded/Failed): its devices go back to the pool."""
         self.devices.release(runner.uid)
+        self.dra.release(runner.uid)
 
     # -- lab controls ---------------------------------------------------------------------------
     async def reboot(self) -> None:
@@ -363,9 +417,17 @@ class SimNode:
             self.lab.reboot()
         self.boot_id = str(uuid.uuid4())
         await self.devices.restart()
+        await self.dra.restart()
         await self._push_status()
         for runner in list(self.runners.values()):
             await runner.restart_all()
+
+    async def restart_kubelet(self) -> None:
+        """Kubelet restart without a reboot: plugins register again, the node's
+        ResourceSlices are wiped (DRA drivers republish them); pods keep running."""
+        await self.devices.restart()
+        await self.dra.restart()
+        await self._push_status()
 
     async def _reboot_requests(self) -> None:
         self.reboot_request.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,9 @@ from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
 from kubegpu.sim.devices import DeviceManager
 
+# (pod uid, container name) -> the container's DRA claims (sim.dra)
+DynamicResources = Callable[[str, str], list[pr.DynamicResource]]
+
 
 @dataclass(frozen=True)
 class PodRef:
@@ -35,11 +38,16 @@ def _devices(
 
 class PodResourcesServer(pr_grpc.PodResourcesListerServicer):
     def __init__(
-        self, socket: Path, devices: DeviceManager, pods: Callable[[], list[PodRef]]
+        self,
+        socket: Path,
+        devices: DeviceManager,
+        pods: Callable[[], list[PodRef]],
+        dynamic: DynamicResources | None = None,
     ) -> None:
         self.socket = socket
         self.devices = devices
         self.pods = pods
+        self.dynamic = dynamic
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
@@ -64,7 +72,10 @@ class PodResourcesServer(pr_grpc.PodResourcesListerServicer):
             devices = (
                 [_devices(r, ids) for r, ids in sorted(alloc.devices.items())] if alloc else []
             )
-            containers.append(pr.ContainerResources(name=name, devices=devices))
+            dynamic = self.dynamic(ref.uid, name) if self.dynamic else []
+            containers.append(
+                pr.ContainerResources(name=name, devices=devices, dynamic_resources=dynamic)
+            )
         return pr.PodResources(name=ref.name, namespace=ref.namespace, containers=containers)
 
     async def List(

@@ -2,7 +2,9 @@
 
 Pods whose image is kubegpu's own run their containers as local processes, each in a
 private mount namespace with the pod's volumes (`podvolumes`) at their mount paths and the
-pod's environment (`podenv`). Other pods become Running without a process. Restart policy,
+pod's environment (`podenv`). Workload containers whose command is `nvidia-smi` or a CUDA
+sample run its simulated equivalent (`smi`), which prints what the pod was allocated and
+exits. Other pods become Running without a process. Restart policy,
 backoff, container statuses and pod phase follow kubelet.
 """
 
@@ -27,7 +29,10 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import PodStatus
 from lightkube.types import PatchType
 
+from kubegpu.catalog.nvidia import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_VOID
 from kubegpu.sim.devices import AdmissionError, ContainerAllocation, DeviceManager
+from kubegpu.sim.dra import DraManager
+from kubegpu.sim.kubeletserver import LogSource
 from kubegpu.sim.podenv import ENV_NODE_ROOT, base_env, container_env, field_value
 from kubegpu.sim.podvolumes import (
     PodObjects,
@@ -38,6 +43,8 @@ from kubegpu.sim.podvolumes import (
     volume_files,
     write_files,
 )
+from kubegpu.sim.smi import ENV_DEVICES as SMI_DEVICES
+from kubegpu.sim.smi import workload_program
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +72,9 @@ class NodeContext:
     extra_env: dict[str, str]
     kubegpu_images: tuple[str, ...] = ("kubegpu",)
     python: str = sys.executable
+    address: str = "127.0.0.1"  # the node's InternalIP: every pod's hostIP and podIP
+    bind_ip: str | None = None  # where pod processes' wildcard binds go (sim.netaddr)
+    dra: DraManager | None = None  # prepares the pod's resource claims (sim.dra)
 
     def runs_process(self, image: str) -> bool:
         repo = image.rsplit("@", 1)[0].rsplit(":", 1)[0] if "/" in image or ":" in image else image
@@ -141,6 +151,20 @@ class PodRunner:
     @property
     def container_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.containers)
+
+    def log_source(self, container: str) -> LogSource | None:
+        """The container's log files (one per run, oldest first), for `kubectl logs`."""
+        c = next((x for x in [*self.init, *self.containers] if x.name == container), None)
+        if c is None:
+            return None
+        directory = self.log_dir / container
+        runs = sorted(
+            (int(p.stem), p)
+            for p in (directory.glob("*.log") if directory.is_dir() else [])
+            if p.stem.isdigit()
+        )
+        files = [p for _, p in runs] or [directory / f"{c.restart_count}.log"]
+        return LogSource(files, lambda: "running" in c.state)
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -258,9 +282,12 @@ class PodRunner:
         base = base_env(
             self.name, self.node.api_host, self.node.api_port, self.node.root, self.node.extra_env
         )
-        return await container_env(
+        env = await container_env(
             c.spec, base, self._objects, self._field, self.allocations.get(c.name)
         )
+        if self.node.dra is not None:  # the runtime applies the claims' CDI edits last
+            env.update(self.node.dra.container_env(self.uid, c.name))
+        return env
 
     def _mounts(self, c: ContainerState) -> list[tuple[str, str, bool]]:
         return container_mounts(
@@ -277,6 +304,8 @@ class PodRunner:
 
     # -- running ----------------------------------------------------------------------------
     async def _run(self) -> None:
+        if self.node.dra is not None:  # claims are prepared before any container starts
+            await self.node.dra.prepare_pod(self.pod, self._push_status)
         self._tasks.append(asyncio.create_task(self._refresh_configmaps()))
         for c in self.init:
             while not self._stopping:
@@ -322,9 +351,19 @@ class PodRunner:
         await self._push_status()
         await asyncio.sleep(delay)
 
+    def _workload(self, c: ContainerState) -> list[str] | None:
+        """The simulated GPU program (nvidia-smi, a CUDA sample) for a workload container."""
+        image = c.spec.get("image", "")
+        if self.node.runs_process(image):
+            return None
+        return workload_program(
+            image, [*(c.spec.get("command") or []), *(c.spec.get("args") or [])]
+        )
+
     async def _run_once(self, c: ContainerState) -> int:
         image = c.spec.get("image", "")
-        if not self.node.runs_process(image):
+        workload = self._workload(c)
+        if workload is None and not self.node.runs_process(image):
             c.state = {"running": {"startedAt": now()}}
             c.ready = not c.init
             await self._push_status()
@@ -345,15 +384,26 @@ class PodRunner:
         try:
             env = await self._env(c)
             mounts = self._mounts(c)
-            command = self._command(c)
+            command = self._command(c) if workload is None else workload
         except (ApiError, ValueError) as exc:
             c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             await self._push_status()
             return 1
-        argv = [self.node.python, "-m", "kubegpu.sim.podexec"]
-        for src, dst, ro in mounts:
-            argv += ["--mount", f"{src}:{dst}" + (":ro" if ro else "")]
-        argv += ["--", *command]
+        if workload is not None:  # answers from the simulated GPUs; needs no mounts
+            allocation = self.allocations.get(c.name)
+            given = [d for ds in (allocation.devices.values() if allocation else []) for d in ds]
+            visible = env.get(NVIDIA_VISIBLE_DEVICES)
+            if not given and visible not in (None, "", VISIBLE_DEVICES_VOID):
+                given = str(visible).split(",")  # "all", or the GPUs of the pod's claims
+            env[SMI_DEVICES] = ",".join(given)
+            argv = [self.node.python, "-m", "kubegpu.sim.smi", *command]
+        else:
+            argv = [self.node.python, "-m", "kubegpu.sim.podexec"]
+            if self.node.bind_ip:
+                argv += ["--bind-ip", self.node.bind_ip]
+            for src, dst, ro in mounts:
+                argv += ["--mount", f"{src}:{dst}" + (":ro" if ro else "")]
+            argv += ["--", *command]
         with log_path.open("ab") as out:
             c.process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -425,10 +475,10 @@ class PodRunner:
         t = now()
         status: Json = {
             "phase": self.phase,
-            "hostIP": "127.0.0.1",
-            "hostIPs": [{"ip": "127.0.0.1"}],
-            "podIP": "127.0.0.1",
-            "podIPs": [{"ip": "127.0.0.1"}],
+            "hostIP": self.node.address,
+            "hostIPs": [{"ip": self.node.address}],
+            "podIP": self.node.address,  # every simulated pod shares its node's network
+            "podIPs": [{"ip": self.node.address}],
             "startTime": self.start_time,
             "qosClass": qos_class(spec),
             "conditions": [

@@ -155,7 +155,12 @@ def container_mounts(
         mounts.append((str(src), vm["mountPath"], bool(vm.get("readOnly", False))))
     if allocation is not None:
         for container_path, host_path, ro in allocation.mounts:
-            mounts.append((str(node_root / host_path.lstrip("/")), container_path, ro))
+            # device nodes (volume-mounts' /dev/null) are the machine's: a simulated node
+            # shares the host's /dev; every other host path lives under the node's root
+            source = (
+                host_path if host_path.startswith("/dev/") else node_root / host_path.lstrip("/")
+            )
+            mounts.append((str(source), container_path, ro))
     return mounts
 
 

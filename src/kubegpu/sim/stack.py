@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import yaml
 from lightkube import AsyncClient, KubeConfig
@@ -37,6 +37,8 @@ from kubegpu.nvml import parse_spec
 from kubegpu.sim.cluster import ClusterSpec, NodeEntry
 from kubegpu.sim.controlplane import ControlPlane, find_bin_dir
 from kubegpu.sim.node import SimNode, SimNodeConfig
+
+_S = TypeVar("_S")
 
 CHART_ENV = "KUBEGPU_CHART"
 CHART_IN_CHECKOUT = Path("deploy") / "helm" / "kubegpu"
@@ -171,6 +173,7 @@ class Stack:
                     labels=dict(entry.labels),
                     cpu=entry.cpu,
                     memory=entry.memory,
+                    nfd=entry.nfd,
                     lease_interval_s=self.lease_interval_s,
                 ),
                 self.kubeconfig,
@@ -220,12 +223,36 @@ class Stack:
             for name in self.nodes:
                 with contextlib.suppress(ApiError):
                     await self.client.delete(Node, name)
+            # the nodes are gone, so no kubelet confirms its pods' deletion: force it, and
+            # wait for the namespace to go, or the next install finds it terminating
+            with contextlib.suppress(ApiError):
+                async for pod in self.client.list(Pod, namespace=NAMESPACE):
+                    pod_name = pod.metadata.name if pod.metadata else None
+                    if pod_name:
+                        with contextlib.suppress(ApiError):
+                            await self.client.delete(
+                                Pod, pod_name, namespace=NAMESPACE, grace_period=0
+                            )
             with contextlib.suppress(ApiError):
                 await self.client.delete(Namespace, NAMESPACE)
+            with contextlib.suppress(StackError):
+                await _wait(
+                    f"namespace {NAMESPACE} deleted",
+                    self._namespace_gone,
+                    self.workdir,
+                    timeout=120,
+                )
             for crd in CRDS:
                 with contextlib.suppress(ApiError):
                     await self.client.delete(CustomResourceDefinition, crd)
         await self.client.close()
+
+    async def _namespace_gone(self) -> bool:
+        try:
+            await self.client.get(Namespace, NAMESPACE)
+        except ApiError as exc:
+            return exc.status.code == 404
+        return False
 
     # -- looking ---------------------------------------------------------------------------------------
     async def policy(self, name: str = POLICY) -> Json:
@@ -277,9 +304,11 @@ async def simulated_stack(
     chart: Path,
     values: Mapping[str, Any] | None = None,
     say: Callable[[str], None] = lambda _: None,
+    before_install: Callable[[Stack], None] | None = None,
 ) -> AsyncIterator[Stack]:
     """A control plane of its own, the cluster file's nodes and kubegpu installed; all of it
-    stopped on exit (the work directory is left to the caller)."""
+    stopped on exit (the work directory is left to the caller). `before_install` sets the
+    nodes up (e.g. a GPU's MIG mode) once they run, before kubegpu is installed."""
     say(f"starting the control plane and {len(spec.nodes)} simulated nodes")
     control_plane = ControlPlane(workdir / "control-plane")
     await asyncio.to_thread(control_plane.start)
@@ -287,6 +316,8 @@ async def simulated_stack(
         stack = Stack(control_plane, spec.nodes, workdir, chart=chart, values=values)
         try:
             await stack.start_nodes()
+            if before_install is not None:
+                before_install(stack)
             cwd = Path.cwd()
             say(
                 f"helm install {RELEASE} {chart.relative_to(cwd) if chart.is_relative_to(cwd) else chart}"
@@ -544,20 +575,48 @@ async def demo(
     spec: ClusterSpec, chart: Path, console: Console, *, keep: bool = False
 ) -> DemoSummary:
     """`kubegpu operator demo`: start the cluster, install kubegpu, run the demo, print the
-    summary; with `keep`, leave it running until cancelled. The work directory is removed,
-    unless the demo failed: its logs are named in the error."""
+    summary; with `keep`, leave it running until cancelled."""
+    return await present(
+        spec,
+        chart,
+        console,
+        values=DEMO_VALUES,
+        run=lambda stack, step: run_demo(stack, spec, step),
+        table=summary_table,
+        keep=keep,
+        prefix="kubegpu-demo-",
+    )
+
+
+async def present(
+    spec: ClusterSpec,
+    chart: Path,
+    console: Console,
+    *,
+    values: Mapping[str, Any],
+    run: Callable[[Stack, Callable[[str], None]], Awaitable[_S]],
+    table: Callable[[_S], Table],
+    keep: bool,
+    prefix: str,
+    before_install: Callable[[Stack], None] | None = None,
+) -> _S:
+    """Run a demo on a simulated stack of its own, with timed steps and its summary table
+    printed; with `keep`, leave the cluster running until cancelled. The work directory is
+    removed, unless the demo failed: its logs are named in the error."""
     t0 = time.monotonic()
 
     def step(text: str) -> None:
         console.print(f"[bold cyan]{time.monotonic() - t0:6.1f}s[/] {text}")
 
-    work = Path(tempfile.mkdtemp(prefix="kubegpu-demo-", dir="/tmp"))
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     keep_work = False
     try:
-        async with simulated_stack(spec, work, chart=chart, values=DEMO_VALUES, say=step) as stack:
+        async with simulated_stack(
+            spec, work, chart=chart, values=values, say=step, before_install=before_install
+        ) as stack:
             try:
-                summary = await run_demo(stack, spec, step)
-                console.print(summary_table(summary))
+                summary = await run(stack, step)
+                console.print(table(summary))
                 if keep:
                     console.print(f"KUBECONFIG={stack.kubeconfig}  (Ctrl-C stops the cluster)")
                     await asyncio.Event().wait()

@@ -4,13 +4,18 @@
   containerized driver on real hardware the driver container's startup probe must have
   marked `.driver-ctr-ready`, and NVML is loaded from the driver's root.
 - toolkit: this container was given the GPUs by the container runtime (NVML sees them
-  from inside), and every NVIDIA CDI spec on the node is consistent with the GPUs (each
-  GPU named by index or UUID, no name pointing at a GPU or MIG device that is not there).
+  from inside), and the container toolkit's CDI spec is consistent with the GPUs (each GPU
+  named by index or UUID, no name pointing at a GPU that is not there). The device plugin's
+  spec, and MIG entries of any spec, are only reported here, never a failure: their writers
+  rewrite them after a MIG change, and the device plugin does so only once it runs, which
+  is after `toolkit-ready` (failing on them would wedge the node; see docs/operator.md,
+  "Who waits for whom").
 - cuda: the GPU accepts a workload. On a simulated node a process is started on a GPU (or
   MIG device) and seen by NVML; on real hardware a CUDA context is created through the
   driver API. With WITH_WORKLOAD the same check runs in a pod pinned to the node.
-- plugin: the node advertises `nvidia.com/gpu*` or `nvidia.com/mig-*`; with WITH_WORKLOAD
-  a pod asking for one such device is admitted and runs.
+- plugin: the node advertises `nvidia.com/gpu*` or `nvidia.com/mig-*`, the device plugin's
+  CDI spec (which it rewrites when it starts) names exactly the node's GPUs and MIG devices;
+  with WITH_WORKLOAD a pod asking for one such device is admitted and runs.
 
 Each check returns a `CheckResult`; the runner (validator.runner) deletes the ready file
 first and writes it only on success.
@@ -142,6 +147,39 @@ def cdi_problems(
     return problems
 
 
+def is_stale_mig_entry(problem: str) -> bool:
+    """A problem about a MIG device (the layout changed after the spec was written)."""
+    return " MIG-" in problem or "no such MIG device" in problem
+
+
+@dataclass(frozen=True)
+class CdiVerdict:
+    """What the toolkit check makes of the CDI specs: `blocking` problems fail it; `stale`
+    ones are left to writers that rewrite their spec later (they may be waiting on us)."""
+
+    blocking: list[str]
+    stale: list[str]
+
+
+def judge_cdi_for_toolkit(
+    specs: Mapping[Path, Mapping[str, Any]], gpus: Mapping[int, str], migs: Mapping[str, str]
+) -> CdiVerdict:
+    """Split the problems: the device plugin's spec is never blocking (the plugin writes it
+    after `toolkit-ready`, the file this check writes), nor are MIG entries of the toolkit's
+    own spec (a MIG change after the toolkit generated it); whole-GPU problems of the
+    toolkit's spec are (a GPU named that is not on the node: a wrong or broken spec)."""
+    blocking: list[str] = []
+    stale: list[str] = []
+    for path, spec in specs.items():
+        problems = cdi_problems({path: spec}, gpus, migs)
+        if spec.get("kind") == nvidia.CDI_PLUGIN_KIND:
+            stale += problems
+            continue
+        for p in problems:
+            (stale if is_stale_mig_entry(p) else blocking).append(p)
+    return CdiVerdict(blocking, stale)
+
+
 def nvidia_cdi_specs(dirs: Sequence[Path]) -> dict[Path, dict[str, Any]]:
     specs = {}
     for d in dirs:
@@ -159,7 +197,8 @@ def nvidia_cdi_specs(dirs: Sequence[Path]) -> dict[Path, dict[str, Any]]:
     return specs
 
 
-def check_toolkit(open_nvml: Callable[[], Nvml], cdi_dirs: Sequence[Path]) -> CheckResult:
+def _visible(open_nvml: Callable[[], Nvml]) -> tuple[dict[int, str], dict[str, str]]:
+    """The GPUs (index -> UUID) and MIG devices ("<gpu>:<mig>" -> UUID) NVML shows here."""
     try:
         nvml = open_nvml()
     except NvmlError as exc:
@@ -178,16 +217,45 @@ def check_toolkit(open_nvml: Callable[[], Nvml], cdi_dirs: Sequence[Path]) -> Ch
         raise CheckFailed(f"NVML inside the container fails: {exc}") from None
     finally:
         nvml.close()
+    return gpus, migs
+
+
+def check_toolkit(open_nvml: Callable[[], Nvml], cdi_dirs: Sequence[Path]) -> CheckResult:
+    gpus, migs = _visible(open_nvml)
     if not gpus:
         raise CheckFailed("no GPU is visible inside the container")
     specs = nvidia_cdi_specs(cdi_dirs)
+    verdict = judge_cdi_for_toolkit(specs, gpus, migs)
+    if verdict.blocking:
+        raise CheckFailed("CDI spec inconsistent with the GPUs: " + "; ".join(verdict.blocking))
+    if verdict.stale:
+        cdi = ", CDI specs to be rewritten by their writers (not blocking): " + "; ".join(
+            verdict.stale
+        )
+    elif specs:
+        cdi = f", CDI specs consistent: {', '.join(str(p) for p in specs)}"
+    else:
+        cdi = ", no CDI spec"
+    return CheckResult("toolkit", f"{len(gpus)} GPU(s) visible in the container{cdi}")
+
+
+def check_plugin_cdi(open_nvml: Callable[[], Nvml], cdi_dirs: Sequence[Path]) -> str:
+    """The device plugin's CDI spec names exactly the node's devices (the plugin rewrites it
+    when it starts, so once it advertises, a stale spec is a real fault). Returns a note."""
+    specs = {
+        p: s
+        for p, s in nvidia_cdi_specs(cdi_dirs).items()
+        if s.get("kind") == nvidia.CDI_PLUGIN_KIND
+    }
+    if not specs:
+        return "no device-plugin CDI spec"
+    gpus, migs = _visible(open_nvml)
     problems = cdi_problems(specs, gpus, migs)
     if problems:
-        raise CheckFailed("CDI spec inconsistent with the GPUs: " + "; ".join(problems))
-    cdi = (
-        f", CDI specs consistent: {', '.join(str(p) for p in specs)}" if specs else ", no CDI spec"
-    )
-    return CheckResult("toolkit", f"{len(gpus)} GPU(s) visible in the container{cdi}")
+        raise CheckFailed(
+            "the device plugin's CDI spec is inconsistent with the GPUs: " + "; ".join(problems)
+        )
+    return "its CDI spec is consistent"
 
 
 def _mig_on(nvml: Nvml, index: int) -> bool:

@@ -30,6 +30,7 @@ from kubegpu.validator.checks import (
     CheckResult,
     check_cuda_here,
     check_driver,
+    check_plugin_cdi,
     check_toolkit,
     gpu_resources,
     workload_resource,
@@ -131,8 +132,8 @@ class Validator:
         return self.client, self.s.node_name
 
     async def check_plugin(self) -> CheckResult:
-        """The node advertises GPUs (polled for plugin_timeout_s), then optionally a pod
-        asking for one runs."""
+        """The node advertises GPUs (polled for plugin_timeout_s) and the plugin's CDI spec
+        is current, then optionally a pod asking for one runs."""
         client, node_name = self._api()
         resources: dict[str, int] = {}
         nodes = cast(AsyncGenerator[Node | None, None], watch_node(client, node_name))
@@ -151,6 +152,8 @@ class Validator:
         finally:
             await nodes.aclose()
         shown = ", ".join(f"{k}={v}" for k, v in sorted(resources.items()))
+        cdi = await asyncio.to_thread(check_plugin_cdi, self.gpus.open, self.s.cdi_dirs)
+        shown = f"{shown}; {cdi}"
         if not self.s.with_workload:
             return CheckResult("plugin", f"node advertises {shown}")
         resource = workload_resource(resources, self.s.mig_strategy)

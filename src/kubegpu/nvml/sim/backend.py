@@ -15,6 +15,7 @@ kubegpu.nvml.sim.controls.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -65,6 +66,7 @@ from kubegpu.nvml.types import (
     MemoryInfo,
     MigDeviceInfo,
     MigMode,
+    NvLinkThroughput,
     Placement,
     ProcessInfo,
     RemappedRows,
@@ -74,22 +76,11 @@ from kubegpu.nvml.types import (
 )
 
 T = TypeVar("T")
-# Simulated topology: models built as NVLink-connected boards (SXM/HGX, NVL bridges,
-# Grace superchips) get this many NVLinks between every pair of GPUs of the same model;
-# PCIe cards are joined only by PCIe. Either way the node has two CPUs, and the first half
-# of the GPUs hangs off CPU 0 (NUMA node 0), the second half off CPU 1.
-NVLINKS_BY_MODEL = {
-    "a100-40gb": 12,
-    "a100-80gb": 12,
-    "h100-80gb": 18,
-    "h100-nvl": 18,
-    "gh200": 18,
-    "gh200-144gb": 18,
-    "h200": 18,
-    "h200-nvl": 18,
-    "b200": 18,
-    "gb200": 18,
-}
+# Simulated topology: models built as NVLink-connected boards (telemetry.NVLINKS_BY_MODEL)
+# get that many NVLinks between every pair of GPUs of the same model; PCIe cards are joined
+# only by PCIe. Either way the node has two CPUs, and the first half of the GPUs hangs off
+# CPU 0 (NUMA node 0), the second half off CPU 1.
+NVLINKS_BY_MODEL = telemetry.NVLINKS_BY_MODEL
 EVENT_POLL_S = 0.02
 
 
@@ -105,7 +96,7 @@ class SimNvml(SimStateAccess, Nvml):
 
     def __init__(self, path: Path | str) -> None:
         super().__init__(path)
-        state = self.store.read()
+        state = self._read()
         self._seen_event = state["event_seq"]
 
     @classmethod
@@ -118,6 +109,24 @@ class SimNvml(SimStateAccess, Nvml):
 
     def state_file(self) -> Path:
         return self.store.path
+
+    # -- the state file, read as NVML reads hardware ---------------------------------------
+    # A state file that is gone, unreadable or corrupt is what a driver that lost its GPUs
+    # looks like: callers get an NVML error (Unknown Error) as they would from the hardware,
+    # never an OSError or ValueError they do not expect from NVML.
+    def _read(self) -> NodeState:
+        try:
+            return self.store.read()
+        except (OSError, ValueError) as exc:
+            raise errors.UnknownError(str(exc)) from None
+
+    def _change(self, fn: Callable[[NodeState], T]) -> T:
+        try:
+            with self.store.transaction() as state:
+                telemetry.fold_energy(state, self.clock())
+                return fn(state)
+        except (OSError, ValueError) as exc:
+            raise errors.UnknownError(str(exc)) from None
 
     # -- helpers ------------------------------------------------------------------------
     @staticmethod
@@ -161,14 +170,14 @@ class SimNvml(SimStateAccess, Nvml):
 
     # -- system and devices -------------------------------------------------------------
     def system(self) -> SystemInfo:
-        s = self.store.read()
+        s = self._read()
         return SystemInfo(s["driver_version"], s["cuda_driver_version"], "13.615.71-sim")
 
     def device_count(self) -> int:
-        return len(self.store.read()["gpus"])
+        return len(self._read()["gpus"])
 
     def device(self, index: int) -> DeviceInfo:
-        gpu = self._gpu(self.store.read(), index)
+        gpu = self._gpu(self._read(), index)
         model = self._model(gpu)
         major, _, minor = model.compute_capability.partition(".")
         return DeviceInfo(
@@ -194,14 +203,14 @@ class SimNvml(SimStateAccess, Nvml):
         return util
 
     def processes(self, index: int) -> list[ProcessInfo]:
-        gpu = self._gpu(self.store.read(), index)
+        gpu = self._gpu(self._read(), index)
         return [
             ProcessInfo(p["pid"], p["used_memory_mib"], p["gi"], p["ci"]) for p in gpu["processes"]
         ]
 
     # -- MIG mode -----------------------------------------------------------------------
     def mig_mode(self, index: int) -> MigMode:
-        state = self.store.read()
+        state = self._read()
         gpu = self._gpu(state, index)
         self._mig(state, gpu, need_enabled=False)
         return MigMode(gpu["mig_current"], gpu["mig_pending"])
@@ -244,7 +253,7 @@ class SimNvml(SimStateAccess, Nvml):
 
     # -- GPU instances ------------------------------------------------------------------
     def gpu_instance_profiles(self, index: int) -> list[GpuInstanceProfileInfo]:
-        state = self.store.read()
+        state = self._read()
         gpu = self._gpu(state, index)
         mig = self._mig(state, gpu, need_enabled=False)
         return [
@@ -266,14 +275,14 @@ class SimNvml(SimStateAccess, Nvml):
         ]
 
     def gpu_instance_possible_placements(self, index: int, profile_id: int) -> list[Placement]:
-        state = self.store.read()
+        state = self._read()
         gpu = self._gpu(state, index)
         mig = self._mig(state, gpu)
         p = self._profile_by_id(mig, gpu, profile_id)
         return [Placement(s, p.slices) for s in p.placements]
 
     def gpu_instance_remaining_capacity(self, index: int, profile_id: int) -> int:
-        state = self.store.read()
+        state = self._read()
         gpu = self._gpu(state, index)
         mig = self._mig(state, gpu)
         profile = self._profile_by_id(mig, gpu, profile_id)
@@ -358,7 +367,7 @@ class SimNvml(SimStateAccess, Nvml):
         return self._change(change)
 
     def gpu_instances(self, index: int) -> list[GpuInstanceInfo]:
-        state = self.store.read()
+        state = self._read()
         gpu = self._gpu(state, index)
         mig = self._mig(state, gpu)
         return [
@@ -394,7 +403,7 @@ class SimNvml(SimStateAccess, Nvml):
         return gip, mig.compute_instance_profiles(gip)
 
     def compute_instance_profiles(self, index: int, gi_id: int) -> list[ComputeInstanceProfileInfo]:
-        state = self.store.read()
+        state = self._read()
         gpu = self._gpu(state, index)
         mig = self._mig(state, gpu)
         gip, cips = self._ci_profiles(mig, self._gi(gpu, gi_id))
@@ -456,7 +465,7 @@ class SimNvml(SimStateAccess, Nvml):
         return self._change(change)
 
     def compute_instances(self, index: int, gi_id: int) -> list[ComputeInstanceInfo]:
-        state = self.store.read()
+        state = self._read()
         gpu = self._gpu(state, index)
         self._mig(state, gpu)
         gi = self._gi(gpu, gi_id)
@@ -482,7 +491,7 @@ class SimNvml(SimStateAccess, Nvml):
         self._change(change)
 
     def mig_devices(self, index: int) -> list[MigDeviceInfo]:
-        state = self.store.read()
+        state = self._read()
         gpu = self._gpu(state, index)
         if not gpu["mig_current"]:
             return []
@@ -510,7 +519,7 @@ class SimNvml(SimStateAccess, Nvml):
 
     # -- topology -----------------------------------------------------------------------
     def topology(self, index: int) -> GpuTopology:
-        state = self.store.read()
+        state = self._read()
         gpu = self._gpu(state, index)
         count = len(state["gpus"])
         half = (count + 1) // 2
@@ -540,7 +549,7 @@ class SimNvml(SimStateAccess, Nvml):
     def wait_for_event(self, timeout_s: float) -> GpuEvent | None:
         deadline = time.monotonic() + timeout_s
         while True:
-            state = self.store.read()
+            state = self._read()
             for ev in state["events"]:
                 if ev["seq"] > self._seen_event:
                     self._seen_event = ev["seq"]
@@ -558,7 +567,7 @@ class SimNvml(SimStateAccess, Nvml):
     # One state read computes everything (kubegpu.nvml.sim.telemetry); the single-value
     # reads pick from it.
     def sample(self, index: int) -> DeviceSample:
-        state = self.store.read()
+        state = self._read()
         return telemetry.device_sample(state, self._gpu(state, index), self.clock())
 
     @staticmethod
@@ -593,6 +602,9 @@ class SimNvml(SimStateAccess, Nvml):
 
     def remapped_rows(self, index: int) -> RemappedRows:
         return self._need(self.sample(index).remapped_rows, "remapped rows", index)
+
+    def nvlink_throughput(self, index: int) -> NvLinkThroughput:
+        return self._need(self.sample(index).nvlink, "NVLink throughput", index)
 
     def _instance(self, index: int, gpu_instance_id: int) -> GpuInstanceSample:
         for gi in self.sample(index).gpu_instances:

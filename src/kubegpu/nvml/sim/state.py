@@ -61,9 +61,12 @@ class GpuState(TypedDict):
     lost: bool
     gpu_instances: list[GiState]
     processes: list[ProcState]
-    # telemetry bookkeeping (absent in older files): energy booked up to `energy_at`
+    # telemetry bookkeeping (absent in older files): energy and NVLink traffic booked up
+    # to `energy_at`
     energy_mj: NotRequired[float]
     energy_at: NotRequired[float]
+    nvlink_tx_kib: NotRequired[float]
+    nvlink_rx_kib: NotRequired[float]
 
 
 class EventState(TypedDict):

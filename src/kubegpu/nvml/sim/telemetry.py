@@ -31,6 +31,7 @@ from kubegpu.nvml.types import (
     DeviceSample,
     GpuInstanceSample,
     MemoryInfo,
+    NvLinkThroughput,
     RemappedRows,
     Utilization,
 )
@@ -38,6 +39,25 @@ from kubegpu.nvml.types import (
 BUCKET_S = 5.0  # jitter changes every BUCKET_S seconds
 AMBIENT_C = 30.0
 GIB = 1024**3
+KIB = 1024
+
+# NVLink-connected boards (SXM/HGX, NVL bridges, Grace superchips): links per GPU, and the
+# payload bandwidth of one link in each direction (GB/s: NVLink 3 and 4: 25, NVLink 5: 50).
+# A GPU's links are active when another GPU of its model is on the node (its peers).
+NVLINKS_BY_MODEL = {
+    "a100-40gb": 12,
+    "a100-80gb": 12,
+    "h100-80gb": 18,
+    "h100-nvl": 18,
+    "gh200": 18,
+    "gh200-144gb": 18,
+    "h200": 18,
+    "h200-nvl": 18,
+    "b200": 18,
+    "gb200": 18,
+}
+NVLINK_LINK_GBPS = {"b200": 50.0, "gb200": 50.0}
+NVLINK_LINK_GBPS_DEFAULT = 25.0
 
 
 @dataclass(frozen=True)
@@ -187,11 +207,47 @@ def energy_mj(gpu: GpuState, state: NodeState, now: float) -> float:
     return total + mean_power_w(get_model(gpu["model"]), load.ratio) * max(0.0, now - since) * 1e3
 
 
+def active_nvlinks(state: NodeState, gpu: GpuState) -> int:
+    """The GPU's active NVLinks: its model's links when a peer of its model is on the node."""
+    links = NVLINKS_BY_MODEL.get(gpu["model"], 0)
+    peers = [g for g in state["gpus"] if g["model"] == gpu["model"] and g is not gpu]
+    return links if peers else 0
+
+
+def nvlink_rates_kib_s(state: NodeState, gpu: GpuState) -> tuple[float, float]:
+    """NVLink payload (TX, RX) in KiB/s at the GPU's current load: a share of the links'
+    bandwidth that grows with load (none when idle, or with MIG on: MIG devices do not talk
+    to peers over NVLink)."""
+    links = active_nvlinks(state, gpu)
+    if not links or gpu["mig_current"]:
+        return 0.0, 0.0
+    load, _ = entity_loads(state, gpu, None)
+    key = gpu["uuid"]
+    per_link = NVLINK_LINK_GBPS.get(gpu["model"], NVLINK_LINK_GBPS_DEFAULT) * 1e9 / KIB
+    rate = links * per_link * load.ratio * (0.05 + 0.3 * unit(key, "nvlink"))
+    tx_share = 0.45 + 0.1 * unit(key, "nvlink-tx")
+    return rate * tx_share, rate * (1 - tx_share)
+
+
+def nvlink_kib(gpu: GpuState, state: NodeState, now: float) -> tuple[float, float]:
+    """NVLink payload (TX, RX) since the state was created: booked plus the current stretch."""
+    tx = float(gpu.get("nvlink_tx_kib", 0.0))
+    rx = float(gpu.get("nvlink_rx_kib", 0.0))
+    since = gpu.get("energy_at")
+    if since is None:
+        return tx, rx
+    tx_rate, rx_rate = nvlink_rates_kib_s(state, gpu)
+    elapsed = max(0.0, now - since)
+    return tx + tx_rate * elapsed, rx + rx_rate * elapsed
+
+
 def fold_energy(state: NodeState, now: float) -> None:
-    """Book the energy used so far at the current load; call before the load changes."""
+    """Book the energy and NVLink traffic so far at the current load; call before the load
+    changes."""
     for gpu in state["gpus"]:
         if "energy_at" in gpu:
             gpu["energy_mj"] = energy_mj(gpu, state, now)
+            gpu["nvlink_tx_kib"], gpu["nvlink_rx_kib"] = nvlink_kib(gpu, state, now)
         gpu["energy_at"] = now
 
 
@@ -246,6 +302,7 @@ def device_sample(state: NodeState, gpu: GpuState, now: float) -> DeviceSample:
             )
     whole_activity = activity(whole, now)
     dram = whole_activity.dram_active or 0.0
+    tx_kib, rx_kib = nvlink_kib(gpu, state, now)
     return DeviceSample(
         index=gpu["index"],
         clocks=Clocks(sm_clock, f.memory_mhz),
@@ -260,6 +317,7 @@ def device_sample(state: NodeState, gpu: GpuState, now: float) -> DeviceSample:
         decoder_percent=0,
         memory=MemoryInfo(whole.total_mib, whole.used_mib),
         remapped_rows=RemappedRows(0, 0, False, False),
+        nvlink=NvLinkThroughput(active_nvlinks(state, gpu), int(tx_kib), int(rx_kib)),
         activity=whole_activity,
         mig_enabled=mig,
         gpu_instances=tuple(gi_samples),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kubegpu import __version__
 from kubegpu.catalog import nvidia
 from kubegpu.kube.policy import GROUP, ClusterPolicySpec, ComponentSpec, ImageSpec
+from kubegpu.mig.lock import DEFAULT_RUN_DIR
 from kubegpu.operator import rbac as rbac_mod
 from kubegpu.operator.operands.objects import (
     env_var,
@@ -22,6 +23,7 @@ from kubegpu.operator.operands.objects import (
     merge_env,
     volume_mount,
 )
+from kubegpu.sharing.allocate import VOLUME_MOUNT_DIR
 
 if TYPE_CHECKING:
     from kubegpu.operator.states import OperandState
@@ -49,6 +51,16 @@ DEFAULT_GPU_CLIENTS_CM = "default-gpu-clients"
 EXPORTER_PORT = 9400
 NODE_STATUS_EXPORTER_PORT = 8000
 DCGM_PORT = 5555
+# the node-wide MIG lock's directory (kubegpu.mig.lock): every MIG writer on the node, in a
+# pod or on the host, must see the same file
+MIG_LOCK_DIR = str(DEFAULT_RUN_DIR)
+
+
+def unprivileged() -> dict[str, Any]:
+    """The securityContext of a container that needs no privilege: no capabilities at all,
+    and no way to gain one (setuid binaries)."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
 
 # `kubegpu <subcommand>` of each kubegpu operand; a test checks each exists in the CLI
 KUBEGPU_COMMANDS: dict[str, tuple[str, ...]] = {
@@ -61,6 +73,7 @@ KUBEGPU_COMMANDS: dict[str, tuple[str, ...]] = {
     "feature-discovery": ("feature-discovery",),
     "mig-manager": ("mig-manager",),
     "exporter": ("exporter",),
+    "dra-plugin": ("dra-plugin",),
 }
 
 # operator env vars naming a fallback image (gpu-operator.md §1.3)
@@ -85,10 +98,13 @@ class RenderError(ValueError):
 
 @dataclass(frozen=True)
 class Owner:
-    """The ClusterPolicy every rendered object is owned by (garbage collection)."""
+    """The ClusterPolicy (or GPUCluster) every rendered object is owned by (garbage
+    collection)."""
 
     name: str
     uid: str
+    kind: str = "ClusterPolicy"
+    api_version: str = f"{GROUP}/v1"
 
 
 @dataclass(frozen=True)
@@ -135,8 +151,8 @@ class RenderContext:
         if self.facts.owner is not None:
             meta["ownerReferences"] = [
                 {
-                    "apiVersion": f"{GROUP}/v1",
-                    "kind": "ClusterPolicy",
+                    "apiVersion": self.facts.owner.api_version,
+                    "kind": self.facts.owner.kind,
                     "name": self.facts.owner.name,
                     "uid": self.facts.owner.uid,
                     "controller": True,
@@ -226,6 +242,25 @@ class RenderContext:
             env_var("NVIDIA_CDI_HOOK_PATH", f"{self.toolkit_dir}/toolkit/nvidia-cdi-hook"),
         ]
 
+    @staticmethod
+    def nvml_reader() -> tuple[list[Obj], list[Obj], list[Obj]]:
+        """env, mounts, volumes by which an unprivileged NVML reader gets every GPU: the
+        container toolkit (the runtime class, or CDI) injects the GPUs' device nodes, the
+        driver's `utility` libraries and the MIG monitor capability (so that every MIG
+        device is seen), as it does for a GPU workload, instead of `privileged` (which hands
+        over every device of the node and every capability). The GPUs are asked for both
+        ways the toolkit accepts from an unprivileged container: the env var, and a
+        `/dev/null` mount under the volume-mounts directory, which a toolkit configured not
+        to trust the env var of unprivileged containers still accepts."""
+        env = [
+            env_var(nvidia.NVIDIA_VISIBLE_DEVICES, "all"),
+            env_var(nvidia.NVIDIA_DRIVER_CAPABILITIES, "utility"),
+            env_var(nvidia.NVIDIA_MIG_MONITOR_DEVICES, "all"),
+        ]
+        mounts = [volume_mount("all-gpus", f"{VOLUME_MOUNT_DIR}/all", read_only=True)]
+        volumes = [host_path_volume("all-gpus", "/dev/null", "CharDevice")]
+        return env, mounts, volumes
+
     def driver_env(self) -> list[Obj]:
         return [
             env_var("NVIDIA_DRIVER_ROOT", self.driver_root),
@@ -254,8 +289,7 @@ class RenderContext:
         }
         if args:
             c["args"] = list(args)
-        if privileged:
-            c["securityContext"] = {"privileged": True}
+        c["securityContext"] = {"privileged": True} if privileged else unprivileged()
         return c
 
     def wait_init(self, spec: ImageSpec, *files: str) -> Obj:

@@ -163,8 +163,16 @@ def driver(ctx: RenderContext) -> list[Obj]:
             host_path_volume("dev-log", "/dev/log", ""),
             host_path_volume("host-os-release", "/etc/os-release", ""),
             host_path_volume("run-nvidia-validations", VALIDATIONS_DIR),
-            host_path_volume("host-root", ctx.host_root, ""),
-            host_path_volume("host-sys", "/sys", "Directory"),
+            # only the driver manager (evicting GPU pods, unloading the old driver) needs
+            # the host's root and sysfs
+            *(
+                [
+                    host_path_volume("host-root", ctx.host_root, ""),
+                    host_path_volume("host-sys", "/sys", "Directory"),
+                ]
+                if init
+                else []
+            ),
             *config_volumes,
         ],
         host_pid=True,
