@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test install lint typecheck contracts kubernetes bench
+.PHONY: demo demo-dra test install lint typecheck contracts kubernetes bench
 
 $(BIN)/kubegpu: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,10 @@ install: $(BIN)/kubegpu
 
 demo: install kubernetes
 	$(BIN)/kubegpu operator demo
+
+# The same stack through Dynamic Resource Allocation: a GPUCluster, claims, dynamic MIG.
+demo-dra: install kubernetes
+	$(BIN)/kubegpu operator demo --dra
 
 lint: install
 	$(BIN)/ruff check src tests bench scripts/catalog-from-reference

@@ -14,6 +14,7 @@ SUITES = [
     "device_plugin",
     "plan",
     "operator",
+    "dra",
 ]
 
 

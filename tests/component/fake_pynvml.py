@@ -69,6 +69,9 @@ class FakeGpu:
     model: GpuModel
     mig_current: bool = False
     gis: list[FakeGi] = field(default_factory=list)
+    # active NVLinks (links 0..n-1) and the payload each moved so far, KiB (TX, RX)
+    nvlinks: int = 0
+    nvlink_kib: tuple[int, int] = (0, 0)
 
     @property
     def uuid(self) -> str:
@@ -97,8 +100,14 @@ class MigDeviceHandle:
 class FakeNvmlLibrary:
     """The driver's view of a node of `models`; `driver` is what the system reports."""
 
-    def __init__(self, models: list[GpuModel], driver: str = "580.95.05") -> None:
-        self.gpus = [FakeGpu(i, m) for i, m in enumerate(models)]
+    def __init__(
+        self,
+        models: list[GpuModel],
+        driver: str = "580.95.05",
+        nvlinks: dict[int, int] | None = None,
+    ) -> None:
+        """`nvlinks`: GPU index -> its active NVLinks (none by default)."""
+        self.gpus = [FakeGpu(i, m, nvlinks=(nvlinks or {}).get(i, 0)) for i, m in enumerate(models)]
         self.driver = driver
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -369,6 +378,40 @@ class FakeNvmlLibrary:
 
     def nvmlDeviceGetComputeInstanceId(self, mh: MigDeviceHandle) -> int:
         return mh.ci.id
+
+    # -- NVLink ---------------------------------------------------------------------------
+    def nvmlDeviceGetNvLinkState(self, h: FakeGpu, link: int) -> int:
+        if not 0 <= link < pynvml.NVML_NVLINK_MAX_LINKS:
+            raise _fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if h.nvlinks == 0:
+            raise _fail(pynvml.NVML_ERROR_NOT_SUPPORTED)  # a GPU without NVLink
+        return 1 if link < h.nvlinks else 0
+
+    def nvmlDeviceGetFieldValues(self, h: FakeGpu, field_ids: list[Any]) -> list[Any]:
+        """Per-link NVLink payload counters (each active link's share of the GPU's total);
+        any other field is not supported here."""
+        out = []
+        for requested in field_ids:
+            fid, link = requested if isinstance(requested, tuple) else (requested, 0)
+            ret, value = pynvml.NVML_ERROR_NOT_SUPPORTED, 0
+            direction = {
+                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: 0,
+                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 1,
+            }.get(fid)
+            if direction is not None and 0 <= link < h.nvlinks:
+                total = h.nvlink_kib[direction]
+                ret = pynvml.NVML_SUCCESS
+                value = total // h.nvlinks + (1 if link < total % h.nvlinks else 0)
+            out.append(
+                SimpleNamespace(
+                    fieldId=fid,
+                    scopeId=link,
+                    nvmlReturn=ret,
+                    valueType=3,  # unsigned long long
+                    value=SimpleNamespace(ullVal=value),
+                )
+            )
+        return out
 
     def nvmlDeviceGetAttributes_v2(self, mh: MigDeviceHandle) -> Any:
         assert mh.gpu.model.mig

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -634,6 +635,147 @@ async def test_no_gpus_no_resources(start: Start) -> None:
     assert not plugin.servers
 
 
+# -- faults in the GPU layer and bad inputs: refused once, logged once --------------------------
+
+
+def _lines(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:
+    """The log lines (INFO and above) that say `text`."""
+    return [r for r in caplog.records if r.levelno >= logging.INFO and text in r.getMessage()]
+
+
+def _no_tracebacks(caplog: pytest.LogCaptureFixture) -> None:
+    shown = [r for r in caplog.records if r.exc_info and r.levelno >= logging.INFO]
+    assert not shown, [r.getMessage() for r in shown]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [lambda p: p.unlink(), lambda p: p.write_text("{corrupt"), lambda p: p.write_text("[]")],
+    ids=["deleted", "corrupt", "not-a-state"],
+)
+async def test_a_gpu_layer_that_cannot_be_read_marks_every_device_unhealthy_once(
+    start: Start, caplog: pytest.LogCaptureFixture, damage: Callable[[Path], object]
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="kubegpu")
+    plugin, kubelet, nvml = await start("l4:2", TS4, health_recovery_s=0.3)
+    w = watch(start, kubelet.plugin((await kubelet.next_registration()).endpoint))
+    assert set((await w.next() or {}).values()) == {"Healthy"}
+    path = nvml.store.path
+    saved = path.read_bytes()
+    damage(path)
+
+    sick = await w.until(lambda d: set(d.values()) == {"Unhealthy"})
+    assert len(sick) == 8
+    plugin.reload()  # a config apply that cannot read the GPUs either
+    await asyncio.sleep(1.0)  # ~10 event waits and ~20 polls fail meanwhile
+    assert plugin.counts() == {"nvidia.com/gpu": 8}  # still advertised, all unhealthy
+    assert set(plugin.unhealthy()["nvidia.com/gpu"]) == set(sick)
+    assert len(_lines(caplog, "waiting for GPU events failed")) == 1
+    assert len(_lines(caplog, "cannot read the GPUs")) == 1
+    assert [e[1] for e in plugin.node.events].count("GpuUnhealthy") == 1
+    _no_tracebacks(caplog)
+
+    path.write_bytes(saved)  # the GPUs are back
+    await w.until(lambda d: set(d.values()) == {"Healthy"})
+    assert len(_lines(caplog, "GPU events can be read again")) == 1
+    assert plugin.node.events[-1][1] == "GpuRecovered"
+
+
+async def test_a_lost_gpu_is_logged_once_however_long_it_stays_lost(
+    start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kubegpu")
+    plugin, kubelet, nvml = await start("l4:2", health_recovery_s=0.05)
+    w = watch(start, kubelet.plugin((await kubelet.next_registration()).endpoint))
+    await w.next()
+    SimControls.of(nvml).lose_gpu(1)
+    await w.until(lambda d: "Unhealthy" in d.values())
+    await asyncio.sleep(1.0)  # ~20 recovery probes fail
+    assert len(_lines(caplog, "GPU 1 not recovered yet")) == 1
+    assert [e[1] for e in plugin.node.events].count("GpuUnhealthy") == 1
+    _no_tracebacks(caplog)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (b"flags: {migStrategy: \xff}\n", b"not UTF-8 text (byte 0xff at offset 21)"),
+        (TS4.replace("replicas: 4", "replicas: 10000000").encode(), b"must be <= 1024"),
+        (b"flags: {migStrategy: [", b"malformed YAML"),
+        (b"flags:\n  migStrategy: none\n  migStrategy: mixed\n", b"duplicate key"),
+    ],
+    ids=["not-utf8", "replicas", "yaml", "duplicate-key"],
+)
+async def test_a_running_plugin_refuses_a_bad_config_once(
+    start: Start, caplog: pytest.LogCaptureFixture, bad: bytes, error: bytes
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="kubegpu")
+    plugin, _, _ = await start("l4:2", TS4)
+    assert plugin.options.config_file is not None
+    plugin.options.config_file.write_bytes(bad)
+    await until(lambda: plugin.rejection is not None)
+    await asyncio.sleep(0.5)  # ~10 polls see the same bad file
+    assert error.decode() in (plugin.rejection or "")
+    rejected = [e for e in plugin.node.events if e[1] == "DevicePluginConfigRejected"]
+    assert len(rejected) == 1 and "keeping" in rejected[0][2]
+    assert len(_lines(caplog, "DevicePluginConfigRejected")) == 1
+    assert plugin.counts() == {"nvidia.com/gpu": 8}  # the last good config stays
+    _no_tracebacks(caplog)
+
+
+async def test_a_config_that_would_advertise_too_many_devices_is_refused_whole(
+    start: Start,
+) -> None:
+    """8 GPUs x 7 MIG devices x 300 replicas = 16800 devices: over the bound, so the list
+    is never built; the last good config stays."""
+    plugin, _, _ = await start("h200-nvl:8", "flags: {migStrategy: mixed}", mig={"1g.18gb": 7})
+    assert plugin.counts() == {"nvidia.com/mig-1g.18gb": 56}
+    assert plugin.options.config_file is not None
+    plugin.options.config_file.write_text(
+        "flags: {migStrategy: mixed}\nsharing:\n  timeSlicing:\n    resources:\n"
+        "    - {name: mig-1g.18gb, replicas: 300}\n"
+    )
+    await until(lambda: plugin.rejection is not None)
+    assert "would advertise 16800 devices" in (plugin.rejection or "")
+    assert plugin.node.events[-1][1] == "DevicePluginConfigRejected"
+    assert plugin.counts() == {"nvidia.com/mig-1g.18gb": 56}
+
+
+async def test_the_mps_daemon_says_once_that_it_cannot_read_the_gpus(
+    caplog: pytest.LogCaptureFixture, short_root: Path
+) -> None:
+    caplog.set_level(logging.INFO, logger="kubegpu")
+    state = short_root / "gpus.json"
+    nvml = SimNvml.create(state, "l4:2")
+    saved = state.read_bytes()
+    config = short_root / "config.yaml"
+    config.write_text("sharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 2}\n")
+    root = short_root / "mps"
+    daemon = MpsControlDaemon(
+        nvml,
+        MpsOptions(
+            mps_root=root,
+            config_file=config,
+            poll_s=0.05,
+            overrides={"MPS_ROOT": str(root)},
+        ),
+        RecordingMps(),
+    )
+    state.unlink()
+    task = asyncio.create_task(daemon.run())
+    try:
+        await asyncio.sleep(0.6)  # ~12 rounds cannot read the GPUs
+        assert not daemon.running
+        assert len(_lines(caplog, "cannot read the GPUs")) == 1
+        _no_tracebacks(caplog)
+        state.write_bytes(saved)
+        await until((root / "nvidia.com/gpu/.started").exists)
+        assert len(_lines(caplog, "the GPUs can be read again")) == 1
+    finally:
+        daemon.stop()
+        await asyncio.wait_for(task, WAIT_S)
+
+
 # -- the programs ------------------------------------------------------------------------------
 
 
@@ -702,6 +844,11 @@ async def test_the_device_plugin_program_takes_upstreams_env_and_stops_cleanly(
             {"KUBEGPU_NVML": "sim:/tmp/kg-missing/gpus.json", "KUBEGPU_SIM_NODE": ""},
             "does not exist",
         ),
+        ({"KUBEGPU_POLL_INTERVAL": "0"}, "--poll-interval / KUBEGPU_POLL_INTERVAL 0: must be"),
+        ({"KUBEGPU_POLL_INTERVAL": "nan"}, "KUBEGPU_POLL_INTERVAL nan: must be 0.01 to 300"),
+        ({"KUBEGPU_POLL_INTERVAL": "inf"}, "KUBEGPU_POLL_INTERVAL inf: must be"),
+        ({"DP_HEALTH_RECOVERY_PERIOD": "-1"}, "DP_HEALTH_RECOVERY_PERIOD -1: must be 0 or"),
+        ({"DP_HEALTH_RECOVERY_PERIOD": "1e12"}, "DP_HEALTH_RECOVERY_PERIOD 1e+12: must be"),
     ],
 )
 async def test_the_device_plugin_program_refuses_bad_flags(
@@ -722,6 +869,50 @@ async def test_the_device_plugin_program_refuses_bad_flags(
             await proc.wait()
     assert proc.returncode == 1
     assert message in out.decode()
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["device-plugin", "--config-file", "-"], "--config-file -: standard input cannot"),
+        (["mps-control-daemon", "--config-file", "-"], "--config-file -: standard input cannot"),
+        (["feature-discovery", "--oneshot", "--config-file", "-"], "'-' (standard input)"),
+        (["mig", "validate", "-f", "-"], "standard input is closed"),
+        (["exporter", "-f", "-", "-a", "127.0.0.1:0"], "-: cannot read counters file"),
+    ],
+    ids=["device-plugin", "mps", "gfd", "mig", "exporter"],
+)
+async def test_closed_stdin_is_a_clear_error_never_a_traceback(
+    short_root: Path, command: list[str], message: str
+) -> None:
+    env = {
+        **os.environ,
+        "KUBEGPU_NVML": f"sim:{short_root / 'gpus.json'}",
+        "KUBEGPU_SIM_NODE": "l4:1",
+        "KUBELET_SOCKET": "",
+        "CDI_ROOT": "",
+        "MPS_ROOT": str(short_root / "mps"),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kubegpu",
+        *command,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        preexec_fn=lambda: os.close(0),  # standard input closed, not merely empty
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    text = out.decode()
+    assert proc.returncode != 0, text
+    assert message in text and "error:" in text
+    assert "Traceback" not in text
 
 
 async def test_the_mps_daemon_program_records_its_limits_on_a_simulated_node(

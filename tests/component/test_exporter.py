@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import logging
 import shutil
+import socket
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -22,7 +25,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from kubegpu.exporter import Exporter, ExporterConfig, parse_counters
+from kubegpu.exporter import Exporter, ExporterConfig, parse_counters, server
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
 from kubegpu.nvml.sim import SimControls, SimNvml
@@ -57,6 +60,8 @@ DEFAULT_FAMILIES = {
     "DCGM_FI_DEV_FB_FREE": "gauge",
     "DCGM_FI_DEV_FB_USED": "gauge",
     "DCGM_FI_DEV_FB_RESERVED": "gauge",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "counter",
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "gauge",
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "counter",
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "counter",
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": "gauge",
@@ -473,7 +478,7 @@ async def test_a_counters_file_selects_metrics_and_labels(sim_node: MakeNode) ->
         "# mine\n"
         "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
         "DCGM_FI_DEV_FB_TOTAL, gauge, Framebuffer total (in MiB).\n"
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, NVLink (skipped: kubegpu cannot read it)\n"
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0, counter, NVLink lane 0 (skipped: kubegpu cannot read it)\n"
         "DCGM_FI_CUDA_DRIVER_VERSION, label, CUDA\n",
         "mine.csv",
     )
@@ -531,3 +536,123 @@ async def test_stop_releases_the_port_and_is_idempotent(sim_node: MakeNode) -> N
     again = Exporter(ExporterConfig(address=f"127.0.0.1:{port}", hostname="h"), node)
     async with again:  # the same port binds again
         assert again.port == port
+
+
+# -- requests it will not serve: a 4xx, never a dropped connection --------------------------------
+def raw(port: int, data: bytes, *, close_write: bool = False, pause_s: float = 0.0) -> bytes:
+    """Send `data` over a plain socket and read the whole answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(data)
+        if close_write:
+            conn.shutdown(socket.SHUT_WR)
+        if pause_s:
+            time.sleep(pause_s)
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def status_of(answer: bytes) -> int:
+    line = answer.split(b"\r\n", 1)[0]
+    assert line.startswith(b"HTTP/1.1 "), answer[:200]
+    return int(line.split()[1])
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n", 414),
+        (b"GET /" + b"a" * 9_000 + b" HTTP/1.1\r\n\r\n", 414),
+        (b"GET /metrics HTTP/1.1\r\nX-Big: " + b"b" * 20_000 + b"\r\n\r\n", 431),
+        (b"GET /metrics HTTP/1.1\r\n" + b"X-A: 1\r\n" * 200 + b"\r\n", 431),
+        (b"GET /metrics HTTP/1.1\r\nContent-Length: 1000000000\r\n\r\n", 413),
+        (b"GET /metrics HTTP/1.1\r\nContent-Length: -5\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        (b"\x00\x01\x02\x03\r\n\r\n", 400),
+        (b"GET /metrics\r\n\r\n", 400),
+        (b"GET /m\xffetrics HTTP/1.1\r\n\r\n", 400),
+        (b"GET metrics HTTP/1.1\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n", 400),
+        (b"GET /metrics SPDY/3\r\n\r\n", 400),
+        (b"GET /metrics HTTP/2.0\r\n\r\n", 505),
+    ],
+    ids=[
+        "long-target",
+        "target-over-8k",
+        "huge-header",
+        "many-headers",
+        "huge-body",
+        "negative-length",
+        "length-digits",
+        "chunked",
+        "binary",
+        "two-parts",
+        "not-ascii",
+        "relative-target",
+        "header-without-colon",
+        "not-http",
+        "http2",
+    ],
+)
+async def test_a_request_it_will_not_serve_gets_a_4xx_that_says_why(
+    sim_node: MakeNode, request_bytes: bytes, status: int
+) -> None:
+    node = sim_node("l4:1;seed=raw")
+    async with serving(node) as exporter:
+        answer = await asyncio.to_thread(raw, exporter.port, request_bytes)
+        assert status_of(answer) == status
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert b"Connection: close" in head and body  # says why, in words
+        assert len(body) < 200
+        assert (await asyncio.to_thread(get, exporter.port, "/health"))[0] == 200  # still up
+
+
+async def test_an_incomplete_or_slow_request_gets_400_or_408(
+    sim_node: MakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "REQUEST_TIMEOUT_S", 0.3)
+    node = sim_node("l4:1;seed=slow")
+    async with serving(node) as exporter:
+        cut = await asyncio.to_thread(
+            raw, exporter.port, b"GET /metrics HTTP/1.1\r\nHost: x", close_write=True
+        )
+        slow = await asyncio.to_thread(raw, exporter.port, b"GET /metrics HTT", pause_s=0.5)
+        silent = await asyncio.to_thread(raw, exporter.port, b"", close_write=True)
+    assert status_of(cut) == 400
+    assert status_of(slow) == 408
+    assert silent == b""  # nothing asked, nothing to answer
+
+
+async def test_a_small_body_is_read_and_ignored(sim_node: MakeNode) -> None:
+    node = sim_node("l4:1;seed=body")
+    async with serving(node) as exporter:
+        answer = await asyncio.to_thread(
+            raw, exporter.port, b"GET /health HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+        )
+    assert status_of(answer) == 200 and answer.endswith(b"OK")
+
+
+async def test_gpus_that_cannot_be_read_are_logged_once_not_on_every_scrape(
+    sim_node: MakeNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kubegpu")
+    node = sim_node("l4:2;seed=gone")
+    async with serving(node) as exporter:
+        await scrape(exporter)
+        saved = node.store.path.read_bytes()
+        node.store.path.unlink()  # the simulated driver lost every GPU
+        for _ in range(5):
+            got = await scrape(exporter)
+            await asyncio.sleep(0.1)
+        assert not any(n.startswith("DCGM_") and f.samples for n, f in got.families.items())
+        node.store.path.write_bytes(saved)
+        back = await scrape(exporter)
+        await asyncio.sleep(0.3)  # the XID thread retries after 5 polls
+    assert back.value("kubegpu_exporter_gpu_up", gpu="1") == 1
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("cannot count GPUs" in m for m in said) == 1
+    assert sum("cannot read XID events" in m for m in said) == 1
+    assert sum("GPUs can be counted again" in m for m in said) == 1
+    assert not [r for r in caplog.records if r.exc_info]

@@ -11,6 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kubegpu.nvml.sim import SimControls
@@ -111,3 +112,30 @@ def test_a_bad_listen_address_is_refused(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "listen address 'localhost'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["-c", "100000000000"], {}, "--collect-interval / DCGM_EXPORTER_INTERVAL 1e+11: must be"),
+        ([], {"DCGM_EXPORTER_INTERVAL": "86400001"}, "must be 0 to 86400000 ms"),
+        ([], {"NVIDIA_RESOURCE_NAMES": ",".join(["a/b"] * 65)}, "65 names; at most 64"),
+        ([], {"NVIDIA_RESOURCE_NAMES": "nvidia.com/" + "x" * 300}, "longer than 253 characters"),
+    ],
+    ids=["interval-flag", "interval-env", "too-many-names", "long-name"],
+)
+def test_flags_over_their_bounds_are_refused_before_any_gpu_is_read(
+    tmp_path: Path, args: list[str], env: dict[str, str], message: str
+) -> None:
+    result = subprocess.run(
+        [*KUBEGPU, "exporter", *args, "--nvml", f"sim:{tmp_path / 'n.json'}", "--sim-node", "l4:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **env},
+    )
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "n.json").exists()

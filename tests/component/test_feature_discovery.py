@@ -4,6 +4,7 @@ prints or writes (NFD's features.d format), its flags and environment, and its e
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,18 @@ def test_the_output_file_and_the_machine_type(h200: str, tmp_path: Path) -> None
     assert labels["nvidia.com/gpu.machine"] == "PowerEdge-XE9680"
     assert labels["nvidia.com/gfd.timestamp"].isdigit()
     assert not list(out_file.parent.glob(".*"))  # written atomically, no temp file left
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "big"])
+def test_a_huge_machine_type_file_is_read_only_in_part(
+    h200: str, tmp_path: Path, source: str
+) -> None:
+    machine = Path(source) if source.startswith("/") else tmp_path / source
+    if not source.startswith("/"):
+        machine.write_text("Big Box " + "x" * 50_000_000)
+    code, out, _ = run("--oneshot", "--nvml", h200, "--machine-type-file", str(machine))
+    assert code == 0
+    assert len(labels_of(out)["nvidia.com/gpu.machine"]) <= 63
 
 
 def test_the_device_plugin_config_file_drives_sharing_labels(h200: str, tmp_path: Path) -> None:
@@ -190,3 +203,41 @@ def test_mps_root_from_the_environment_completes_an_mps_config(
     config = parse_config(text, "cfg", overrides_for(options))
     assert config.flags.mps_root == "/run/nvidia/mps"
     assert config.sharing_strategy == "mps"
+
+
+async def test_gpus_that_cannot_be_read_are_reported_once_and_labelling_goes_on(
+    h200: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The simulated driver loses every GPU: each pass fails with NVML's error, said once;
+    the labels written before stay, and the next pass after the GPUs return relabels."""
+    caplog.set_level(logging.INFO, logger="kubegpu")
+    out_file = tmp_path / "gfd"
+    state = Path(h200[4:])
+    discovery = FeatureDiscovery(
+        GfdOptions(output_file=str(out_file), sleep_interval="infinite", no_timestamp=True),
+        lambda: SimNvml(state),
+    )
+    task = asyncio.create_task(discovery.run())
+    try:
+        await asyncio.wait_for(discovery.labelled.wait(), 5)
+        saved = state.read_bytes()
+        state.unlink()
+        for _ in range(5):
+            discovery.trigger(reload=False)
+            await asyncio.sleep(0.1)
+        assert not task.done()
+        assert discovery.passes == 1
+        said = [r.getMessage() for r in caplog.records]
+        assert sum("cannot compute GPU labels" in m for m in said) == 1
+        assert not [r for r in caplog.records if r.exc_info]
+        state.write_bytes(saved)
+        discovery.trigger(reload=False)
+        for _ in range(100):
+            if discovery.passes == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert discovery.passes == 2
+        assert labels_of(out_file.read_text())["nvidia.com/gpu.count"] == "8"
+    finally:
+        discovery.stop()
+        await asyncio.wait_for(task, 5)

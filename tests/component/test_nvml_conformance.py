@@ -18,6 +18,7 @@ from kubegpu.catalog import get_model
 from kubegpu.nvml import Activation, MigMode, Nvml, errors
 from kubegpu.nvml.real import RealNvml
 from kubegpu.nvml.sim import SimNvml
+from kubegpu.nvml.types import NvLinkThroughput
 
 H100, L4 = get_model("h100-80gb"), get_model("l4")
 
@@ -201,3 +202,36 @@ def test_a_gpu_instance_with_compute_instances_is_in_use(nvml: Nvml) -> None:
     nvml.destroy_compute_instance(0, gi.id, ci.id)
     nvml.destroy_gpu_instance(0, gi.id)
     assert nvml.gpu_instances(0) == []
+
+
+# -- NVLink ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sim", "real"])
+def nvlinked(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Nvml]:
+    """Two H100 80GB (SXM: 18 NVLinks each, to each other) and an L4 (PCIe only), idle."""
+    if request.param == "sim":
+        backend: Nvml = SimNvml.create(tmp_path / "node.json", "h100-80gb:2,l4:1")
+    else:
+        FakeNvmlLibrary([H100, H100, L4], nvlinks={0: 18, 1: 18}).install(monkeypatch)
+        backend = RealNvml()
+    with backend:
+        yield backend
+
+
+def test_nvlink_throughput_counts_active_links_and_payload(nvlinked: Nvml) -> None:
+    for index in (0, 1):
+        assert nvlinked.nvlink_throughput(index) == NvLinkThroughput(18, 0, 0)  # idle
+    assert nvlinked.nvlink_throughput(2) == NvLinkThroughput(0, 0, 0)  # no NVLink: nothing moved
+
+
+def test_the_sample_carries_the_nvlink_counters(nvlinked: Nvml) -> None:
+    assert nvlinked.sample(0).nvlink == nvlinked.nvlink_throughput(0)
+    assert nvlinked.sample(2).nvlink == NvLinkThroughput(0, 0, 0)
+
+
+def test_nvlink_of_a_gpu_that_is_not_there(nvlinked: Nvml) -> None:
+    with pytest.raises(errors.InvalidArgument):
+        nvlinked.nvlink_throughput(7)

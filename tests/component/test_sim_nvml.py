@@ -387,5 +387,36 @@ def test_controls_book_changes_at_their_nvml_handles_clock(tmp_path: Path) -> No
 def test_corrupt_state_file_is_reported(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text("{not json")
-    with pytest.raises(ValueError, match="not valid JSON"):
+    with pytest.raises(errors.UnknownError, match="not valid JSON"):
         SimNvml(path)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda p: p.unlink(),
+        lambda p: p.write_text("{not json"),
+        lambda p: p.write_bytes(b"\xff\xfe{}"),
+        lambda p: p.write_text("[]"),
+        lambda p: p.write_text('{"version": 99}'),
+    ],
+    ids=["deleted", "not-json", "not-utf8", "not-an-object", "other-version"],
+)
+def test_a_lost_or_corrupt_state_file_raises_nvml_errors_only(
+    tmp_path: Path, damage: Callable[[Path], object]
+) -> None:
+    """What reads and changes see once the node's state is gone: NVML's Unknown Error, as
+    from a driver that lost its GPUs, never an OSError or ValueError."""
+    path = tmp_path / "n.json"
+    gpu = SimNvml.create(path, "l4:1")
+    damage(path)
+    calls: list[Callable[[], object]] = [
+        gpu.device_count,
+        lambda: gpu.device(0),
+        lambda: gpu.sample(0),
+        lambda: gpu.wait_for_event(0.01),
+        lambda: gpu.set_mig_mode(0, True),
+    ]
+    for call in calls:
+        with pytest.raises(errors.UnknownError, match=r"sim GPU state .*n\.json"):
+            call()

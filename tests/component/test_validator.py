@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from kubegpu.catalog import nvidia
 from kubegpu.cli import app
 from kubegpu.node.gpus import GpuBackend, real_backend, sim_backend
 from kubegpu.nvml import NvmlError
@@ -27,6 +28,7 @@ from kubegpu.sharing.allocate import CDI_KIND
 from kubegpu.validator import CheckFailed, ReadyFiles, Validator, ValidatorSettings
 from kubegpu.validator.checks import (
     NVIDIA_CDI_KINDS,
+    check_plugin_cdi,
     cuda_targets,
     gpu_resources,
     workload_resource,
@@ -59,7 +61,7 @@ def gpus_opened_by(opener: Callable[[], SimNvml]) -> GpuBackend:
 
 def write_spec(directory: Path, devices: list[str], kind: str = CDI_KIND) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "k8s.device-plugin.nvidia.com-gpu.json"
+    path = directory / f"{kind.replace('/', '-')}.json"
     spec = {
         "cdiVersion": "0.6.0",
         "kind": kind,
@@ -132,16 +134,47 @@ async def test_toolkit_checks_the_plugins_cdi_spec_against_the_gpus(
         (["0", "all"], "GPU 1 (GPU-"),
         (["0", "1", "7"], "device 7: there is no GPU 7"),
         (["0", "1", "GPU-00000000-0000-0000-0000-000000000000"], "is not on this node"),
-        (["0", "1", "0:3"], "device 0:3: there is no such MIG device"),
     ],
 )
-async def test_an_inconsistent_cdi_spec_fails_the_toolkit_check(
+async def test_an_inconsistent_toolkit_cdi_spec_fails_the_toolkit_check(
     node: SimNvml, out: Path, devices: list[str], problem: str
 ) -> None:
-    write_spec(out.parent / "cdi", devices)
+    write_spec(out.parent / "cdi", devices, kind=nvidia.CDI_RUNTIME_KIND)
     with pytest.raises(CheckFailed, match=re.escape(problem)):
         await validator(node, out, "toolkit").run()
     assert not ReadyFiles(out).exists("toolkit")
+
+
+@pytest.mark.parametrize(
+    ("devices", "kind"),
+    [
+        (["0", "1", "0:3"], CDI_KIND),  # MIG devices removed after the plugin wrote it
+        (["0", "all"], CDI_KIND),  # even a whole GPU: the plugin rewrites it when it starts
+        (["0", "1", "0:3", "MIG-00000000-0000-0000-0000-000000000000"], nvidia.CDI_RUNTIME_KIND),
+    ],
+)
+async def test_a_stale_spec_whose_writer_comes_later_does_not_block_the_toolkit_check(
+    node: SimNvml, out: Path, devices: list[str], kind: str
+) -> None:
+    """The device plugin writes its spec only after toolkit-ready: failing on it would make
+    the validator and the plugin wait for each other for good (issue 17)."""
+    write_spec(out.parent / "cdi", devices, kind=kind)
+    result = await validator(node, out, "toolkit").run()
+    assert "to be rewritten by their writers (not blocking)" in result.message
+    assert ReadyFiles(out).exists("toolkit-ready")
+
+
+def test_the_plugin_check_holds_the_plugins_own_spec_to_the_gpus(node: SimNvml, out: Path) -> None:
+    cdi = out.parent / "cdi"
+    opener = sim_backend(node.store.path).open
+    assert check_plugin_cdi(opener, [cdi]) == "no device-plugin CDI spec"
+    spec = write_spec(cdi, ["0", "1", "0:3"])
+    with pytest.raises(CheckFailed, match=r"device plugin's CDI spec .* no such MIG device"):
+        check_plugin_cdi(opener, [cdi])
+    spec.unlink()
+    uuids = [d.uuid for d in node.devices()]
+    write_spec(cdi, [uuids[0], "0", uuids[1], "1", "all"])
+    assert check_plugin_cdi(opener, [cdi]) == "its CDI spec is consistent"
 
 
 async def test_other_vendors_cdi_specs_are_not_ours_to_check(node: SimNvml, out: Path) -> None:
@@ -150,13 +183,13 @@ async def test_other_vendors_cdi_specs_are_not_ours_to_check(node: SimNvml, out:
 
 
 async def test_with_wait_the_check_runs_until_it_passes(node: SimNvml, out: Path) -> None:
-    spec = write_spec(out.parent / "cdi", ["0", "9"])
+    spec = write_spec(out.parent / "cdi", ["0", "9"], kind=nvidia.CDI_RUNTIME_KIND)
     task = asyncio.create_task(
         validator(node, out, "toolkit", with_wait=True, sleep_interval_s=0.05).run()
     )
     await asyncio.sleep(0.3)
     assert not task.done()
-    spec.unlink()  # the plugin rewrote it
+    spec.unlink()  # the toolkit rewrote it
     await asyncio.wait_for(task, 5)
     assert ReadyFiles(out).exists("toolkit-ready")
 

@@ -202,10 +202,16 @@ async def node_events(akube: AsyncClient, node: str, reason: str) -> list[str]:
 
 
 def gpu_pod(
-    name: str, resource: str | None, node_selector: dict[str, str], *, probe: bool = False
+    name: str,
+    resource: str | None,
+    node_selector: dict[str, str],
+    *,
+    probe: bool = False,
+    unset: str = "",
 ) -> Any:
     """A pod asking for one `resource` (None: no GPU). A probe pod runs (kubegpu image) and
-    writes the NVIDIA_VISIBLE_DEVICES it sees to /out/<name> on its node."""
+    writes the NVIDIA_VISIBLE_DEVICES it sees (`unset` when the variable is not set) to
+    /out/<name> on its node."""
     container: dict[str, Any] = {"name": "main", "image": "registry.example/cuda-app:1"}
     if resource:
         container["resources"] = {"limits": {resource: "1"}}
@@ -219,7 +225,7 @@ def gpu_pod(
         container["command"] = [
             "sh",
             "-c",
-            f'printf %s "${{NVIDIA_VISIBLE_DEVICES-}}" > /out/.{name}; mv /out/.{name} /out/{name}; exec sleep 3600',
+            f'printf %s "${{NVIDIA_VISIBLE_DEVICES-{unset}}}" > /out/.{name}; mv /out/.{name} /out/{name}; exec sleep 3600',
         ]
         container["volumeMounts"] = [{"name": "out", "mountPath": "/out"}]
         spec["volumes"] = [
@@ -338,3 +344,123 @@ async def test_time_slicing_health_kubelet_restart_and_relabel_on_an_l4_node(
     assert again.status.containerStatuses[0].restartCount == restarts, plugin_logs(node)
     applied = await node_events(akube, "dp-ts", "DevicePluginConfigApplied")
     assert any("config 'plain'" in m and "nvidia.com/gpu: 4" in m for m in applied)
+
+
+def smi_pod(name: str, resource: str | None, node_selector: dict[str, str]) -> Any:
+    """A CUDA-image pod running `nvidia-smi -L` once: the simulated kubelet answers from the
+    simulated GPUs with only what the pod was given (exit 6, "No devices were found", when
+    nothing)."""
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+        "command": ["nvidia-smi", "-L"],
+    }
+    if resource:
+        container["resources"] = {"limits": {resource: "1"}}
+    spec = {
+        "nodeSelector": node_selector,
+        "containers": [container],
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+    }
+    return Pod.from_dict({"metadata": {"name": name}, "spec": spec})  # type: ignore[attr-defined]
+
+
+DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+UNSET = "<unset>"
+
+
+async def test_a_pod_without_a_gpu_request_sees_no_gpu_in_every_device_list_strategy(
+    make_node: MakeNode, akube: AsyncClient, namespace: str, deploy: Callable[..., Any]
+) -> None:
+    """Upstream's most reported surprise: a pod that asks for no GPU sees them all. Here, in
+    every strategy, it gets no device, its NVIDIA_VISIBLE_DEVICES is unset (never `all`),
+    and nvidia-smi in it finds nothing, while a pod beside it that asks for a GPU sees
+    exactly that one through the same probes."""
+    node = await make_node("dp-void", "l4:2", {"dp": "void"})
+    assert node.nvml is not None
+    uuids = {node.nvml.device(i).uuid for i in range(2)}
+    configs = {
+        s: f"flags: {{plugin: {{deviceListStrategy: {s}}}}}\n" for s in DEVICE_LIST_STRATEGIES
+    }
+    await deploy({"dp": "void"}, configs, "envvar")
+    await until_allocatable(akube, "dp-void", "nvidia.com/gpu", "2")
+    out = node.root / "srv/out"
+    where = {"dp": "void"}
+    for strategy in DEVICE_LIST_STRATEGIES:
+        if strategy != "envvar":
+            await relabel(akube, "dp-void", strategy)
+
+        async def applied(strategy: str = strategy) -> bool:
+            events = await node_events(akube, "dp-void", "DevicePluginConfigApplied")
+            return any(f"config '{strategy}'" in m for m in events)
+
+        await eventually(applied, timeout=30)
+        names = {
+            "probe-gpu": gpu_pod(
+                f"gpu-{strategy}", "nvidia.com/gpu", where, probe=True, unset=UNSET
+            ),
+            "probe-none": gpu_pod(f"none-{strategy}", None, where, probe=True, unset=UNSET),
+            "smi-gpu": smi_pod(f"smi-gpu-{strategy}", "nvidia.com/gpu", where),
+            "smi-none": smi_pod(f"smi-none-{strategy}", None, where),
+        }
+        for pod in names.values():
+            await akube.create(pod, namespace=namespace)
+
+        async def finished(strategy: str = strategy) -> dict[str, int]:
+            for name in (f"gpu-{strategy}", f"none-{strategy}"):
+                pod = await akube.get(Pod, name, namespace=namespace)
+                states = [c.state for c in pod.status.containerStatuses or []]
+                logs = [
+                    p.read_text()[-500:]
+                    for p in (node.root / "var/log/pods").glob(f"*_{name}_*/main/*.log")
+                ]
+                assert (out / name).exists(), (name, pod.status.phase, states, logs)
+            codes = {}
+            for kind in ("gpu", "none"):
+                pod = await akube.get(Pod, f"smi-{kind}-{strategy}", namespace=namespace)
+                state = (pod.status.containerStatuses or [None])[0]
+                assert state is not None and state.state.terminated is not None
+                codes[kind] = state.state.terminated.exitCode
+            return codes
+
+        codes = await eventually(finished, timeout=60)
+        no_gpu = (out / f"none-{strategy}").read_text()
+        with_gpu = (out / f"gpu-{strategy}").read_text()
+        assert no_gpu == UNSET, (strategy, no_gpu)  # the plugin is not asked; nothing sets it
+        # the same probe shows what a pod with a GPU is given, strategy by strategy
+        expected_env = {
+            "envvar": uuids,
+            "volume-mounts": {"/var/run/nvidia-container-devices"},
+            "cdi-annotations": {"void"},
+            "cdi-cri": {"void"},
+        }[strategy]
+        assert with_gpu in expected_env, (strategy, with_gpu)
+        accept = accepts_envvar([strategy])
+        assert visible_devices({}, accept_envvar=accept) == ()
+        # an image that sets NVIDIA_VISIBLE_DEVICES=all itself still gets every GPU under the
+        # plain envvar set-up (upstream's known limit); the other set-ups ignore it
+        image_all = visible_devices({"NVIDIA_VISIBLE_DEVICES": "all"}, accept_envvar=accept)
+        assert image_all == ("all" if strategy == "envvar" else ())
+        assert (codes["none"], codes["gpu"]) == (6, 0), (strategy, codes)
+        logs = {
+            kind: next(
+                (node.root / "var/log/pods").glob(f"{namespace}_smi-{kind}-{strategy}_*/main/0.log")
+            ).read_text()
+            for kind in ("gpu", "none")
+        }
+        assert "No devices were found" in logs["none"]
+        assert len([line for line in logs["gpu"].splitlines() if line.startswith("GPU ")]) == 1
+        for pod in names.values():
+            await akube.delete(Pod, pod.metadata.name, namespace=namespace)
+
+        async def gone(strategy: str = strategy) -> bool:
+            left = [
+                p.metadata.name
+                async for p in akube.list(Pod, namespace=namespace)
+                if p.metadata.name.endswith(strategy)
+            ]
+            assert not left, left
+            return True
+
+        await eventually(gone, timeout=60)

@@ -312,7 +312,7 @@ mig-configs:
     - {devices: [0, 1, 2, 3, 4, 5, 6, 7], mig-enabled: false}
     - {devices: [9], mig-enabled: true, mig-devices: {"7g.141gb": 1}}
 """
-    e = await env(f"mm-refuse-{len(config)}", config_map="custom-mig")
+    e = await env(f"mm-refuse-{len(config)}", config_map="custom-mig", unknown_config_wait_s=0)
     await akube.create(
         ConfigMap(metadata=ObjectMeta(name="custom-mig"), data={"config.yaml": custom}),
         namespace=e["namespace"],
@@ -577,3 +577,81 @@ async def test_removing_the_state_label_retries_the_same_config(
     await akube.patch(Node, "mm-retry", {"metadata": {"labels": {MIG_STATE_LABEL: None}}})
     await eventually(lambda: _state_after(akube, "mm-retry", e["recorder"], 3))
     assert e["recorder"].states == ["failed", "pending", "success"]
+
+
+# -- a config name the layouts do not have yet ------------------------------------------------------
+
+SWITCHING = """
+version: v1
+mig-configs:
+  all-disabled: [{devices: all, mig-enabled: false}]
+"""
+
+
+async def test_a_config_name_that_arrives_while_waiting_is_applied_and_never_failed(
+    env: Callable[..., Awaitable[Env]], akube: AsyncClient
+) -> None:
+    """Patching the MIG ConfigMap's name and labelling the node at once: the label can name
+    a config before the manager reads the ConfigMap that has it (issue 17)."""
+    e = await env("mm-switch", gpus="h200-nvl:2", config_map="switching")
+    await akube.create(
+        ConfigMap(metadata=ObjectMeta(name="switching"), data={"config.yaml": SWITCHING}),
+        namespace=e["namespace"],
+    )
+    await e["start"](unknown_config_wait_s=30)
+    await label(akube, "mm-switch", "all-1g.18gb")
+
+    async def pending() -> bool:
+        labels = labels_of(await akube.get(Node, "mm-switch"))
+        return labels.get(MIG_STATE_LABEL) == "pending"
+
+    await eventually(pending, timeout=10, interval=0.1)
+    text = (
+        SWITCHING
+        + '  all-1g.18gb: [{devices: all, mig-enabled: true, mig-devices: {"1g.18gb": 7}}]\n'
+    )
+    await akube.patch(
+        ConfigMap, "switching", {"data": {"config.yaml": text}}, namespace=e["namespace"]
+    )
+    assert await settled(akube, "mm-switch") == "success"
+    assert "failed" not in e["recorder"].states
+    assert e["recorder"].states[-1] == "success"
+    assert layout(e["node"]) == [Counter({"1g.18gb": 7})] * 2
+    reasons = [r for r, _ in await events(akube, "mm-switch")]
+    assert "MigConfigWaiting" in reasons and "MigConfigFailed" not in reasons
+
+
+async def test_a_config_name_that_never_arrives_fails_after_the_wait_saying_so(
+    env: Callable[..., Awaitable[Env]], akube: AsyncClient
+) -> None:
+    e = await env("mm-never", gpus="h200-nvl:1", config_map="switching")
+    await akube.create(
+        ConfigMap(metadata=ObjectMeta(name="switching"), data={"config.yaml": SWITCHING}),
+        namespace=e["namespace"],
+    )
+    before = layout(e["node"])
+    await e["start"](unknown_config_wait_s=1)
+    await label(akube, "mm-never", "all-1g.18gbb")
+    assert await settled(akube, "mm-never") == "failed"
+    assert e["recorder"].states == ["pending", "failed"]
+    assert PAUSED not in e["recorder"].deploy_values  # nothing was paused for it
+    assert layout(e["node"]) == before
+    (failure,) = [m for r, m in await events(akube, "mm-never") if r == "MigConfigFailed"]
+    assert "unknown config name 'all-1g.18gbb'" in failure
+    assert "after waiting 1s (known: all-disabled)" in failure
+
+
+async def test_a_new_label_ends_the_wait_for_a_missing_name(
+    env: Callable[..., Awaitable[Env]], akube: AsyncClient
+) -> None:
+    e = await env("mm-changed", gpus="h200-nvl:1", config_map="switching")
+    await akube.create(
+        ConfigMap(metadata=ObjectMeta(name="switching"), data={"config.yaml": SWITCHING}),
+        namespace=e["namespace"],
+    )
+    await e["start"](unknown_config_wait_s=60)
+    await label(akube, "mm-changed", "not-yet")
+    await asyncio.sleep(0.5)
+    await label(akube, "mm-changed", "all-disabled")
+    assert await settled(akube, "mm-changed", timeout=15) == "success"
+    assert "failed" not in e["recorder"].states

@@ -137,7 +137,16 @@ def mig_manager(
     return daemonset(
         "nvidia-mig-manager",
         "mig-manager",
-        ["mig-manager", "--poll-interval", "0.2", "--pods-timeout", pods_timeout],
+        [
+            "mig-manager",
+            "--poll-interval",
+            "0.2",
+            "--pods-timeout",
+            pods_timeout,
+            # a typo below fails after this wait for the name (pending meanwhile)
+            "--unknown-config-wait",
+            "2",
+        ],
         env,
         ["/var/lib/kubelet/pod-resources", "/var/run/cdi", "/run/kubegpu-sim"],
         extra,

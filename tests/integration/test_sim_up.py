@@ -65,8 +65,16 @@ def test_up_registers_nodes_and_a_killed_run_is_cleaned_by_down(tmp_path: Path) 
             stderr=subprocess.STDOUT,
         )
     try:
-        text = _wait_for(log, "export KUBECONFIG=")
+        text = _wait_for(log, "kubectl get nodes")
         kubeconfig = text.split("export KUBECONFIG=")[1].split()[0]
+        # the kubectl scripts/build-kubernetes built, as `sim up` tells the user to run it
+        kubectl = text.split("# kubectl: ")[1].split()[0]
+        got = subprocess.run(
+            [kubectl, "--kubeconfig", kubeconfig, "get", "nodes", "-o", "name"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert got.returncode == 0, got.stderr
+        assert sorted(got.stdout.split()) == ["node/up-cpu", "node/up-gpu"]
         client = Client(KubeConfig.from_file(kubeconfig))
         nodes = {n.metadata.name: n for n in client.list(Node)}
         assert set(nodes) == {"up-gpu", "up-cpu"}

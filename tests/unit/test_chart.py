@@ -68,6 +68,7 @@ def test_the_chart_installs_crds_operator_rbac_and_a_cluster_policy() -> None:
         ("ClusterRoleBinding", "kubegpu-operator"),
         ("CustomResourceDefinition", "clusterpolicies.nvidia.com"),
         ("CustomResourceDefinition", "gpuclusters.nvidia.com"),
+        ("CustomResourceDefinition", "nvidiadrivers.nvidia.com"),
         ("Deployment", "kubegpu-operator"),
         ("Role", "kubegpu-operator"),
         ("RoleBinding", "kubegpu-operator"),

@@ -10,7 +10,7 @@ from kubegpu.exporter import CountersError, load_counters, parse_counters
 from kubegpu.exporter.fields import LABELS, METRICS, unsupported_reason
 
 
-def test_the_built_in_set_is_dcgm_exporters_default_less_what_nvml_cannot_read() -> None:
+def test_the_built_in_set_is_dcgm_exporters_default_every_field_served() -> None:
     counters = load_counters()
     assert [c.field for c in counters.metrics] == [
         "DCGM_FI_DEV_SM_CLOCK",
@@ -28,6 +28,8 @@ def test_the_built_in_set_is_dcgm_exporters_default_less_what_nvml_cannot_read()
         "DCGM_FI_DEV_FB_FREE",
         "DCGM_FI_DEV_FB_USED",
         "DCGM_FI_DEV_FB_RESERVED",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
@@ -54,19 +56,24 @@ def test_dcgm_exporters_own_lines_load_with_the_fields_nvml_lacks_skipped() -> N
         "DCGM_FI_DEV_DEC_UTIL ,      gauge, Decoder utilization (in %).\n"
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL,    counter, Total number of NVLink bandwidth counters for all lanes.\n"
         "DCGM_FI_DEV_VGPU_LICENSE_STATUS, gauge, vGPU License status\n"
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0, counter, lane 0\n"
         "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE, gauge, HMMA\n"
         "DCGM_FI_DRIVER_VERSION,        label, Driver Version\n"
     )
     counters = parse_counters(text, "dcgm.csv")
-    assert [c.field for c in counters.metrics] == ["DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_DEC_UTIL"]
+    assert [c.field for c in counters.metrics] == [
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_DEC_UTIL",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+    ]
     assert counters.metrics[1].help == "Decoder utilization (in %)."
     assert [(s.counter.field, s.counter.line) for s in counters.skipped] == [
-        ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 7),
-        ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", 8),
-        ("DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE", 9),
+        ("DCGM_FI_DEV_NVLINK_BANDWIDTH_L0", 9),
+        ("DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE", 10),
     ]
     assert counters.warnings()[0].startswith(
-        "dcgm.csv:7: DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL skipped: NVLink counters"
+        "dcgm.csv:9: DCGM_FI_DEV_NVLINK_BANDWIDTH_L0 skipped: per-link NVLink counters"
     )
 
 

@@ -68,6 +68,15 @@ CDI_PLUGIN_KIND = f"{CDI_PLUGIN_VENDOR}/gpu"  # devices the device plugin hands 
 CDI_MANAGEMENT_KIND = "management.nvidia.com/gpu"  # every GPU, for management containers
 CDI_RUNTIME_KIND = "nvidia.com/gpu"  # the container toolkit's own spec
 
+# --- DRA driver (dcgm-dra.md section 2) -----------------------------------------------------
+
+DRA_DRIVER = "gpu.nvidia.com"  # driver name, attribute domain and DeviceClass of whole GPUs
+DRA_MIG_CLASS = "mig.nvidia.com"  # DeviceClass of MIG devices
+DRA_CONFIG_API_VERSION = "resource.nvidia.com/v1beta1"  # opaque config: GpuConfig, ...
+CDI_CLAIM_VENDOR = "k8s.gpu.nvidia.com"
+CDI_CLAIM_CLASS = "claim"
+CDI_CLAIM_KIND = f"{CDI_CLAIM_VENDOR}/{CDI_CLAIM_CLASS}"  # one transient spec per claim
+
 
 def deploy_label(operand: str) -> str:
     """`device-plugin` -> `nvidia.com/gpu.deploy.device-plugin`."""

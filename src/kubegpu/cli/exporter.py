@@ -60,6 +60,12 @@ def exporter(
         envvar="KUBERNETES_VIRTUAL_GPUS",
         help="Shared GPUs: one copy of each series per pod, with a vgpu label.",
     ),
+    enable_dra: bool = typer.Option(
+        False,
+        "--kubernetes-enable-dra",
+        envvar="KUBERNETES_ENABLE_DRA",
+        help="Attribute GPUs and MIG devices held through DRA claims (dra_* labels).",
+    ),
     resource_names: str = typer.Option(
         "",
         "--nvidia-resource-names",
@@ -89,6 +95,7 @@ def exporter(
         no_hostname=no_hostname,
         replace_blanks_in_model_name=replace_blanks,
         virtual_gpus=virtual_gpus,
+        enable_dra=enable_dra,
         nvidia_resource_names=tuple(n.strip() for n in resource_names.split(",") if n.strip()),
     )
     raise typer.Exit(run(lambda: ExporterProgram(config, collectors, gpu_backend(nvml, sim_node))))

@@ -174,6 +174,12 @@ def demo_cmd(
         "this source checkout).",
     ),
     keep: bool = typer.Option(False, "--keep", help="Leave the cluster running (Ctrl-C stops it)."),
+    dra: bool = typer.Option(
+        False,
+        "--dra",
+        help="The DRA stack instead: a GPUCluster, the example claims of examples/dra "
+        "allocated by kube-scheduler, one dynamic MIG device created and destroyed.",
+    ),
 ) -> None:
     """On a simulated cluster: helm install kubegpu, wait for the ClusterPolicy, cut one node's
     GPUs into MIG slices, time-slice and MPS-share the others, schedule pods on each, and
@@ -184,13 +190,18 @@ def demo_cmd(
     from kubegpu.sim.stack import StackError, demo, find_chart
 
     try:
-        spec = load_cluster(file)
         found = find_chart(chart)
+        spec = None if dra else load_cluster(file)
     except (ClusterFileError, StackError) as exc:
         fail(str(exc))
     logging.basicConfig(level=logging.ERROR)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     try:
-        asyncio.run(demo(spec, found, console, keep=keep))
+        if spec is None:
+            from kubegpu.sim.dra_demo import dra_demo
+
+            asyncio.run(dra_demo(found, console, keep=keep))
+        else:
+            asyncio.run(demo(spec, found, console, keep=keep))
     except StackError as exc:
         fail(str(exc))

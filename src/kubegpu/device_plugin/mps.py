@@ -86,6 +86,7 @@ class MpsControlDaemon:
         self._choice_key: object = None
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._read_fault: str | None = None  # why the GPUs cannot be read, logged once
 
     def _dir(self, resource: str) -> Path:
         return self.options.mps_root / resource
@@ -129,10 +130,16 @@ class MpsControlDaemon:
             self.rejection = message
             self.node.report(WARNING, "MpsConfigRejected", f"{message}; MPS daemons unchanged")
             return
-        except NvmlError as exc:
+        except Exception as exc:  # the GPU layer failed: try again next round, say so once
             self._choice_key = None
-            log.error("cannot read the GPUs: %s", exc)
+            message = str(exc) if isinstance(exc, NvmlError) else f"{type(exc).__name__}: {exc}"
+            if message != self._read_fault:
+                log.error("cannot read the GPUs: %s", message)
+            self._read_fault = message
             return
+        if self._read_fault is not None:
+            log.info("the GPUs can be read again")
+            self._read_fault = None
         self.rejection = None
         for name in [n for n, r in self.running.items() if wanted.get(n) != r]:
             self._stop(self.running.pop(name))

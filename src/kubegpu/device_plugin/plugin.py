@@ -12,7 +12,10 @@
 - writes the node's CDI spec under the CDI root;
 - follows NVML's XID events: a counted XID marks every device of the GPU (or of the GPU
   instance) unhealthy in ListAndWatch, and the devices recover after a quiet period in
-  which NVML still answers for the GPU.
+  which NVML still answers for the GPU;
+- any failure to read the GPUs (an NVML error or anything else the GPU layer raises) marks
+  every GPU unhealthy. A fault is logged once when it starts and once when it clears, never
+  on every poll.
 """
 
 from __future__ import annotations
@@ -107,6 +110,9 @@ class DevicePlugin:
         self._waiting_for_mps: set[str] = set()
         self._lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
+        self._events_fault: str | None = None  # why GPU events cannot be read, while so
+        self._read_fault: str | None = None  # why the GPUs could not be read, while so
+        self._probe_faults: dict[Scope, str] = {}  # recovery probes that failed, logged once
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -122,6 +128,7 @@ class DevicePlugin:
                     self._on_gpu_event,
                     self._on_event_error,
                     self.options.event_wait_s,
+                    on_clear=self._on_event_clear,
                 )
                 reader.start()
             self._kubelet_stamp = self._kubelet_now()
@@ -210,10 +217,13 @@ class DevicePlugin:
             keeping = f"keeping {self.source}" if self.source else "advertising nothing"
             self.node.report(WARNING, REASON_REJECTED, f"{message}; {keeping}")
             return
-        except NvmlError as exc:
+        except Exception as exc:  # the GPU layer failed: NVML's error or any other
             self._choice_key = None  # try again next round
-            log.error("cannot read the GPUs: %s", exc)
+            self._gpus_unreadable(exc)
             return
+        if self._read_fault is not None:
+            log.info("the GPUs can be read again")
+            self._read_fault = None
         self.rejection = None
         self.config, self.source, self.facts, self.advertised = (
             config,
@@ -332,12 +342,49 @@ class DevicePlugin:
         self.node.report(WARNING, REASON_UNHEALTHY, f"{where}: {what}; its devices are unhealthy")
         self._in_background(self._refresh_health())
 
-    def _on_event_error(self, exc: NvmlError) -> None:
-        log.error("waiting for GPU events failed: %s; marking every GPU unhealthy", exc)
+    def _gpus_unreadable(self, exc: Exception) -> None:
+        """The GPUs cannot be read (config apply): every known GPU is unhealthy; said once."""
+        message = _fault_text(exc)
+        if message != self._read_fault:
+            log.error("cannot read the GPUs: %s; marking every GPU unhealthy", message)
+            if not isinstance(exc, NvmlError):
+                log.debug("reading the GPUs", exc_info=exc)
+        self._read_fault = message
+        if self._mark_all_unhealthy():
+            self._in_background(self._refresh_health())
+
+    def _mark_all_unhealthy(self) -> bool:
+        """Record a fault on every known GPU; True when a GPU was not marked before."""
         now = time.monotonic()
-        for g in self.facts.gpus if self.facts else []:
-            self.book.record((g.index, None, None), now)
-        self._in_background(self._refresh_health())
+        scopes = [(g.index, None, None) for g in (self.facts.gpus if self.facts else [])]
+        new = any(scope not in self.book.faults for scope in scopes)
+        for scope in scopes:
+            self.book.record(scope, now)
+        return new
+
+    def _on_event_error(self, exc: Exception) -> None:
+        """Called on every failed event wait: the fault's time stays fresh (no recovery
+        while it lasts) but it is logged, and reported, only when it starts."""
+        message = _fault_text(exc)
+        new = self._mark_all_unhealthy()
+        if self._events_fault is None:
+            self.node.report(
+                WARNING,
+                REASON_UNHEALTHY,
+                f"waiting for GPU events failed: {message}; every GPU is unhealthy",
+            )
+        self._events_fault = message
+        if new:
+            self._in_background(self._refresh_health())
+
+    def _on_event_clear(self) -> None:
+        if self._events_fault is not None:
+            log.info(
+                "GPU events can be read again (was: %s); the GPUs recover once NVML answers "
+                "for them",
+                self._events_fault,
+            )
+        self._events_fault = None
 
     def _in_background(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -358,9 +405,13 @@ class DevicePlugin:
         for scope in due:
             try:
                 self.nvml.device(scope[0])
-            except NvmlError as exc:
-                log.info("GPU %d not recovered yet: %s", scope[0], exc)
+            except Exception as exc:  # any failure to read the GPU: it stays unhealthy
+                message = _fault_text(exc)
+                if self._probe_faults.get(scope) != message:
+                    log.info("GPU %d not recovered yet: %s", scope[0], message)
+                self._probe_faults[scope] = message
                 continue
+            self._probe_faults.pop(scope, None)
             self.book.recover(scope)
             healed.append(scope)
         if healed:
@@ -379,3 +430,10 @@ class DevicePlugin:
 
     def unhealthy(self) -> dict[str, set[str]]:
         return {n: set(s.state.unhealthy) for n, s in self.servers.items() if s.state.unhealthy}
+
+
+def _fault_text(exc: Exception) -> str:
+    """One line for a GPU-layer failure: NVML's own words, else the exception's kind too."""
+    if isinstance(exc, NvmlError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"

@@ -19,6 +19,7 @@ from kubegpu.device_plugin.plugin import DevicePlugin, PluginOptions
 from kubegpu.kube.kubelet import DEVICE_PLUGIN_PATH
 from kubegpu.node.api import optional_api_client
 from kubegpu.node.gpus import GpuBackend
+from kubegpu.node.intervals import HEALTH_RECOVERY, POLL, check_seconds
 from kubegpu.node.overrides import config_overrides
 from kubegpu.node.runtime import ComponentError
 from kubegpu.nvml import NvmlError
@@ -54,12 +55,29 @@ def fail_on_init_error(config_file: Path | None, overrides: Mapping[str, str]) -
     return with_overrides(PluginConfig(), overrides).flags.fail_on_init_error
 
 
+def _no_stdin_config(config_file: Path | None) -> None:
+    """`-` is no config file for a program that reads its config again while it runs."""
+    if config_file is not None and str(config_file) == "-":
+        raise ComponentError(
+            "--config-file -: standard input cannot be the config (it is read again while "
+            "the program runs); give a file"
+        )
+
+
 def plugin_options(
     flags: DevicePluginFlags, environ: Mapping[str, str] | None = None
 ) -> tuple[PluginOptions, bool]:
     """The plugin's options and its failOnInitError; ComponentError for bad flags."""
+    check_seconds(flags.poll_s, POLL, "--poll-interval", "KUBEGPU_POLL_INTERVAL")
+    check_seconds(
+        flags.health_recovery_s,
+        HEALTH_RECOVERY,
+        "--health-recovery-period",
+        "DP_HEALTH_RECOVERY_PERIOD",
+    )
     overrides = config_overrides(flags.overrides)
     config_file = flags.config_file if flags.config_dir is None else None
+    _no_stdin_config(config_file)
     if config_file is not None and not config_file.exists():
         raise ComponentError(f"--config-file {flags.config_file}: no such file")
     policy = XidPolicy.from_env(dict(os.environ) if environ is None else environ)
@@ -100,8 +118,10 @@ class DevicePluginProgram:
             self.plugin.reload()
 
     async def run(self) -> None:
-        for bad in self.options.xid_policy.invalid:
-            log.warning("ignoring %s: not an XID", bad)
+        invalid = self.options.xid_policy.invalid
+        if invalid:
+            more = f" (and {len(invalid) - 10} more)" if len(invalid) > 10 else ""
+            log.warning("ignoring what is not an XID: %s%s", ", ".join(invalid[:10]), more)
         try:
             nvml = self.gpus.open()
         except NvmlError as exc:
@@ -148,6 +168,8 @@ class MpsProgram:
     """The MPS control daemon with its NVML session, MPS backend and API client."""
 
     def __init__(self, flags: MpsFlags, gpus: GpuBackend) -> None:
+        check_seconds(flags.options.poll_s, POLL, "--poll-interval", "KUBEGPU_POLL_INTERVAL")
+        _no_stdin_config(flags.options.config_file)
         self.options = replace(flags.options, overrides=config_overrides(flags.overrides))
         self.kubeconfig = flags.kubeconfig
         self.gpus = gpus

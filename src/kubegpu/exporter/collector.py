@@ -99,6 +99,7 @@ class Collector:
         self.xids = xids
         self._identity: dict[int, DeviceInfo] = {}
         self._reported: dict[int, str | None] = {}
+        self._count_error: str | None = None  # why the GPUs could not be counted, said once
 
     # -- reading ------------------------------------------------------------------------------
     def read(self) -> Snapshot:
@@ -111,8 +112,14 @@ class Collector:
         try:
             count = self.nvml.device_count()
         except Exception as exc:
-            log.warning("cannot count GPUs: %s", exc)
-            return Snapshot(time.monotonic(), system, (), error=str(exc))
+            message = str(exc) or type(exc).__name__
+            if message != self._count_error:
+                log.warning("cannot count GPUs: %s", message)
+            self._count_error = message
+            return Snapshot(time.monotonic(), system, (), error=message)
+        if self._count_error is not None:
+            log.info("GPUs can be counted again")
+            self._count_error = None
         return Snapshot(time.monotonic(), system, tuple(self._read_gpu(i) for i in range(count)))
 
     def _read_gpu(self, index: int) -> GpuReading:
@@ -210,6 +217,7 @@ class Collector:
             more = {"pod": pod.pod, "namespace": pod.namespace, "container": pod.container}
             if pod.vgpu is not None:
                 more["vgpu"] = pod.vgpu
+            more.update(pod.labels)
             variants.append(text(more))
         return variants
 

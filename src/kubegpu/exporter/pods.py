@@ -44,6 +44,7 @@ class PodInfo:
     namespace: str
     container: str
     vgpu: str | None = None  # the replica number of a shared device
+    labels: tuple[tuple[str, str], ...] = ()  # more labels, e.g. a DRA claim's (exporter.dra)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from kubegpu.exporter.counters import CountersError, load_counters
-from kubegpu.exporter.server import AddressError, Exporter, ExporterConfig, parse_address
+from kubegpu.exporter.server import (
+    AddressError,
+    Exporter,
+    ExporterConfig,
+    check_collect_interval,
+    check_resource_names,
+    parse_address,
+)
 from kubegpu.node.gpus import GpuBackend
 from kubegpu.node.runtime import ComponentError
 
@@ -23,6 +30,8 @@ class ExporterProgram:
         when it or the listen address is bad."""
         try:
             parse_address(config.address)
+            check_collect_interval(config.collect_interval_s)
+            check_resource_names(config.nvidia_resource_names)
             self.config = replace(config, counters=load_counters(collectors))
         except (AddressError, CountersError) as exc:
             raise ComponentError(str(exc)) from None

@@ -4,7 +4,8 @@ Routes, as DCGM exporter's: `/metrics` (Prometheus text format), `/health` (200 
 `/` (a short index). NVML is read on a scrape when the last reading is older than the
 collect interval; pods are looked up on every scrape. The server is a small asyncio
 HTTP/1.1 server (one request per connection); NVML and the kubelet are asked from a
-worker thread so the event loop never blocks.
+worker thread so the event loop never blocks. A request it will not serve (malformed,
+too large, too slow) gets the 4xx that says why (`kubegpu.exporter.request_head`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import contextlib
 import gzip
 import logging
+import math
 import os
 import socket
 import threading
@@ -25,9 +27,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from kubegpu.base.loader import excerpt
+from kubegpu.exporter import dra
 from kubegpu.exporter.collector import Collector, Snapshot
 from kubegpu.exporter.counters import CounterSet, load_counters
 from kubegpu.exporter.pods import PodResourcesClient, PodResourcesError, attribute
+from kubegpu.exporter.request_head import STREAM_LIMIT, HttpError, Request, read_request
 from kubegpu.exporter.xid import XidTracker
 from kubegpu.kube.kubelet import POD_RESOURCES_SOCKET
 from kubegpu.nvml import Nvml
@@ -37,7 +42,10 @@ log = logging.getLogger(__name__)
 DEFAULT_ADDRESS = ":9400"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_TIMEOUT_S = 10.0
-MAX_REQUEST_HEAD = 16 * 1024
+# After an error answer, what is left of the request is read and dropped (at most this much,
+# this long) so that closing does not reset the connection before the client reads it.
+DISCARD_BYTES = 1024 * 1024
+DISCARD_S = 1.0
 INDEX_HTML = (
     b"<html><head><title>kubegpu exporter</title></head><body>"
     b"<h1>kubegpu exporter</h1><p><a href='/metrics'>Metrics</a></p></body></html>"
@@ -45,7 +53,7 @@ INDEX_HTML = (
 
 
 class AddressError(ValueError):
-    """A listen address that cannot be used."""
+    """A listen address (or another flag) that cannot be used."""
 
 
 def parse_address(address: str) -> tuple[str | None, int]:
@@ -55,6 +63,32 @@ def parse_address(address: str) -> tuple[str | None, int]:
         raise AddressError(f"listen address {address!r}: expected [host]:port, e.g. :9400")
     host = host.removeprefix("[").removesuffix("]")
     return (host or None), int(port)
+
+
+MAX_COLLECT_INTERVAL_MS = 86_400_000  # a day
+MAX_RESOURCE_NAMES = 64
+MAX_RESOURCE_NAME = 253
+
+
+def check_collect_interval(seconds: float) -> None:
+    """--collect-interval within 0..a day (0: read the GPUs on every scrape)."""
+    if not math.isfinite(seconds) or not 0 <= seconds * 1000 <= MAX_COLLECT_INTERVAL_MS:
+        raise AddressError(
+            f"--collect-interval / DCGM_EXPORTER_INTERVAL {seconds * 1000:g}: must be 0 to "
+            f"{MAX_COLLECT_INTERVAL_MS} ms"
+        )
+
+
+def check_resource_names(names: tuple[str, ...]) -> None:
+    """--nvidia-resource-names: at most MAX_RESOURCE_NAMES names of MAX_RESOURCE_NAME chars."""
+    where = "--nvidia-resource-names / NVIDIA_RESOURCE_NAMES"
+    if len(names) > MAX_RESOURCE_NAMES:
+        raise AddressError(f"{where}: {len(names)} names; at most {MAX_RESOURCE_NAMES}")
+    for name in names:
+        if len(name) > MAX_RESOURCE_NAME:
+            raise AddressError(
+                f"{where}: {excerpt(name)} is longer than {MAX_RESOURCE_NAME} characters"
+            )
 
 
 def node_hostname() -> str:
@@ -74,6 +108,7 @@ class ExporterConfig:
     no_hostname: bool = False
     replace_blanks_in_model_name: bool = False
     virtual_gpus: bool = False
+    enable_dra: bool = False  # DRA claims' devices, with dra_* labels (needs kubernetes)
     nvidia_resource_names: tuple[str, ...] = ()
     xid_poll_s: float = 1.0
 
@@ -168,17 +203,21 @@ class Exporter:
             if self.pod_resources is not None:
                 entities = self.collector.entities(snap)
                 try:
-                    held = self.pod_resources.list()
+                    held = self.pod_resources.list_resources()
                 except PodResourcesError as exc:
                     log.warning("serving without pod labels: %s", exc)
                     self._pod_errors.inc()
                 else:
                     pods = attribute(
-                        held,
+                        held.devices,
                         self.collector.device_index(snap, entities),
                         virtual_gpus=self.config.virtual_gpus,
                         resource_names=self.config.nvidia_resource_names,
                     )
+                    if self.config.enable_dra and held.claims:
+                        keys = frozenset(e.key for e in entities)
+                        index = dra.read_index(self.nvml, {k[1] for k in keys})
+                        pods = dra.merge(pods, dra.attribute_claims(held.claims, index, keys))
             text = self.collector.render(snap, pods, virtual_gpus=self.config.virtual_gpus)
             return text.encode() + generate_latest(self.registry)
 
@@ -188,7 +227,7 @@ class Exporter:
         for warning in self.counters.warnings():
             log.warning("%s", warning)
         self._server = await asyncio.start_server(
-            self._handle, host, port, reuse_address=True, limit=MAX_REQUEST_HEAD
+            self._handle, host, port, reuse_address=True, limit=STREAM_LIMIT
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._stopped.clear()
@@ -232,17 +271,17 @@ class Exporter:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             try:
-                head = await asyncio.wait_for(
-                    reader.readuntil(b"\r\n\r\n"), timeout=REQUEST_TIMEOUT_S
-                )
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+                request = await asyncio.wait_for(read_request(reader), timeout=REQUEST_TIMEOUT_S)
+            except asyncio.IncompleteReadError:
+                return  # closed before sending anything: nobody to answer
+            except TimeoutError:
+                await self._refuse(reader, writer, HttpError(408, "request not received in time"))
                 return
-            status, headers, body = await self._respond(head.decode("latin-1"))
-            lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers.items())]
-            lines += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
-            writer.write("\r\n".join(lines).encode("latin-1"))
-            if not head.startswith(b"HEAD "):
-                writer.write(body)
+            except HttpError as exc:
+                await self._refuse(reader, writer, exc)
+                return
+            status, headers, body = await self._respond(request)
+            self._write(writer, status, headers, body, send_body=request.method != "HEAD")
             await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
             pass
@@ -253,17 +292,38 @@ class Exporter:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _respond(self, head: str) -> tuple[str, dict[str, str], bytes]:
-        request, *header_lines = head.split("\r\n")
-        parts = request.split()
-        if len(parts) != 3:
-            return "400 Bad Request", {"Content-Type": "text/plain"}, b"bad request\n"
-        method, target, _ = parts
-        headers = {
-            k.strip().lower(): v.strip()
-            for k, _, v in (h.partition(":") for h in header_lines if h)
-        }
-        path = target.split("?", 1)[0]
+    @staticmethod
+    def _write(
+        writer: asyncio.StreamWriter,
+        status: str,
+        headers: dict[str, str],
+        body: bytes,
+        *,
+        send_body: bool = True,
+    ) -> None:
+        lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers.items())]
+        lines += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
+        writer.write("\r\n".join(lines).encode("latin-1"))
+        if send_body:
+            writer.write(body)
+
+    async def _refuse(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, error: HttpError
+    ) -> None:
+        """Answer `error`, then drop what is left of the request before closing."""
+        body = f"{error.message}\n".encode()
+        self._write(writer, error.status_line, {"Content-Type": "text/plain"}, body)
+        await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+        left = DISCARD_BYTES
+        with contextlib.suppress(TimeoutError, ConnectionError, asyncio.LimitOverrunError):
+            async with asyncio.timeout(DISCARD_S):
+                while left > 0 and (chunk := await reader.read(min(left, 65536))):
+                    left -= len(chunk)
+
+    async def _respond(self, request: Request) -> tuple[str, dict[str, str], bytes]:
+        method, path, headers = request.method, request.path, request.headers
         if method not in ("GET", "HEAD"):
             return "405 Method Not Allowed", {"Allow": "GET, HEAD"}, b""
         if path == "/metrics":

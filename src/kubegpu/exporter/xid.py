@@ -79,16 +79,19 @@ class XidTracker:
         while not self._stop.is_set():
             try:
                 event = self.nvml.wait_for_event(self.poll_s)
-            except NvmlError as exc:
+            except Exception as exc:  # never let the event thread die; say so once
                 if not failing:
-                    log.warning("cannot read XID events (retrying): %s", exc)
+                    words = (
+                        str(exc) if isinstance(exc, NvmlError) else f"{type(exc).__name__}: {exc}"
+                    )
+                    log.warning("cannot read XID events (retrying): %s", words)
+                    if not isinstance(exc, NvmlError):
+                        log.debug("XID event thread", exc_info=exc)
                 failing = True
                 self._stop.wait(5 * self.poll_s)
                 continue
-            except Exception:  # never let the event thread die silently
-                log.exception("XID event thread")
-                self._stop.wait(5 * self.poll_s)
-                continue
+            if failing:
+                log.info("XID events can be read again")
             failing = False
             if event is not None:
                 log.info("GPU %d: Xid %d (%s)", event.device_index, event.xid, xid_name(event.xid))

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
+from kubegpu.base.process import pid_alive
 from kubegpu.nvml import Nvml
 
 ENV_RUN_DIR = "KUBEGPU_RUN_DIR"
@@ -94,16 +95,6 @@ def _this_process(component: str) -> Holder:
     if len(command) > _COMMAND_CHARS:
         command = command[: _COMMAND_CHARS - 3] + "..."
     return Holder(os.getpid(), component, command, socket.gethostname(), time.time())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def read_holder(path: Path) -> Holder | None:
@@ -211,7 +202,7 @@ class MigLock:
         holder = read_holder(self.path)
         if holder is None:
             who = "another process (it recorded no details)"
-        elif holder.host == socket.gethostname() and not _alive(holder.pid):
+        elif holder.host == socket.gethostname() and not pid_alive(holder.pid):
             who = f"another process (the recorded holder, pid {holder.pid}, has exited)"
         else:
             who = holder.describe()

@@ -39,6 +39,16 @@ SHARED_SUFFIX = nvidia.SHARED_SUFFIX
 MAX_RESOURCE_NAME = 63
 MPS_MAX_CLIENTS_VOLTA_PLUS = 48
 MPS_MAX_CLIENTS_OLDER = 16
+# Upper bounds on what one config may make a node advertise (docs/limits.md). A ListAndWatch
+# message carries at most 68 bytes per device (a replica id `GPU-<uuid>::<n>`, its health and
+# NUMA node), so MAX_DEVICES_PER_RESOURCE devices stay near 1.1 MB, a quarter of gRPC's 4 MiB
+# default message size; MAX_REPLICAS lets 16 GPUs reach that bound with time-slicing.
+MAX_REPLICAS = 1024
+MAX_DEVICES_PER_RESOURCE = 16384
+# GPU feature discovery's sleep interval: at least a second (0 would relabel the Node in a
+# tight loop), at most a year; 'infinite' labels once per change.
+MIN_SLEEP_INTERVAL_S = 1.0
+MAX_SLEEP_INTERVAL_S = 365 * 86_400.0
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 _DNS1123_SUBDOMAIN = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -134,8 +144,8 @@ class GfdFlags(_Strict):
     @field_validator("sleep_interval")
     @classmethod
     def _duration(cls, value: str) -> str:
-        if value != "infinite" and parse_duration(value) is None:
-            raise ValueError(f"{excerpt(value)} is not a duration like 60s, 5m or 'infinite'")
+        if (problem := sleep_interval_problem(value)) is not None:
+            raise ValueError(problem)
         return value
 
 
@@ -203,7 +213,12 @@ class ReplicatedResource(_Strict):
     @classmethod
     def _replicas(cls, value: int) -> int:
         if value < 2:
-            raise ValueError(f"number of replicas must be >= 2 (got {value})")
+            raise ValueError(f"number of replicas must be >= 2 (got {excerpt(value)})")
+        if value > MAX_REPLICAS:
+            raise ValueError(
+                f"number of replicas must be <= {MAX_REPLICAS} (got {excerpt(value)}); "
+                "see docs/limits.md"
+            )
         return value
 
     @field_validator("devices", mode="before")
@@ -367,6 +382,21 @@ class PluginConfig(_Strict):
         return yaml.safe_dump(
             self.model_dump(by_alias=True, exclude_defaults=True, mode="json"), sort_keys=False
         )
+
+
+def sleep_interval_problem(text: str) -> str | None:
+    """Why `text` cannot be GFD's sleep interval, or None when it can."""
+    if text == "infinite":
+        return None
+    seconds = parse_duration(text)
+    if seconds is None:
+        return f"{excerpt(text)} is not a duration like 60s, 5m or 'infinite'"
+    if not MIN_SLEEP_INTERVAL_S <= seconds <= MAX_SLEEP_INTERVAL_S:
+        return (
+            f"{excerpt(text)}: a sleep interval must be between {MIN_SLEEP_INTERVAL_S:g}s and "
+            f"{MAX_SLEEP_INTERVAL_S / 3600:g}h, or 'infinite'"
+        )
+    return None
 
 
 def parse_duration(text: str) -> float | None:

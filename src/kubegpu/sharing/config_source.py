@@ -82,7 +82,16 @@ class ConfigSource:
 
 
 def _read(path: Path, source: str) -> ConfigChoice:
-    """The file's text, read within the loader's bounds (size, UTF-8), or why it cannot be."""
+    """The file's text, read within the loader's bounds (size, UTF-8), or why it cannot be.
+
+    `-` is not standard input here: a component reads its config again and again, and
+    standard input can be read once (or is closed, as in a DaemonSet's pod)."""
+    if str(path) == loader.STDIN:
+        return ConfigChoice(
+            source,
+            error=f"{source}: '-' (standard input) cannot be a device-plugin config: the "
+            "config is read again while the component runs; give a file",
+        )
     try:
         text, _ = loader.read_text(path, loader.InputError)
     except loader.InputError as exc:

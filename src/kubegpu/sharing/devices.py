@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from kubegpu.catalog import nvidia
 from kubegpu.sharing.config import (
+    MAX_DEVICES_PER_RESOURCE,
     MPS_MAX_CLIENTS_OLDER,
     MPS_MAX_CLIENTS_VOLTA_PLUS,
     PluginConfig,
@@ -220,6 +221,7 @@ def advertise(gpus: Sequence[GpuFacts], config: PluginConfig) -> Advertised:
             raise StrategyError(f"more than one sharing entry advertises {t}")
     if strategy == "mps":
         _check_mps(gpus, plan)
+    _check_sizes(base, plan)
     for entry, selected, target in plan:
         devices = base[entry.name]
         untouched = [d for d in devices if d not in selected]
@@ -239,6 +241,22 @@ def advertise(gpus: Sequence[GpuFacts], config: PluginConfig) -> Advertised:
             result.resources[target] = replicas
         result.replicas[target] = entry.replicas
     return result
+
+
+def _check_sizes(
+    base: dict[str, list[Device]], plan: list[tuple[ReplicatedResource, list[Device], str]]
+) -> None:
+    """Refuses, before any device list is built, a resource of more than
+    MAX_DEVICES_PER_RESOURCE devices: its ListAndWatch message would near gRPC's 4 MiB."""
+    for entry, selected, target in plan:
+        kept = len(base[entry.name]) - len(selected) if target == entry.name else 0
+        total = kept + len(selected) * entry.replicas
+        if total > MAX_DEVICES_PER_RESOURCE:
+            raise StrategyError(
+                f"{entry.name}: {len(selected)} devices x {entry.replicas} replicas would "
+                f"advertise {total} devices as {target}, more than the "
+                f"{MAX_DEVICES_PER_RESOURCE} one resource may have (docs/limits.md)"
+            )
 
 
 def _check_mps(

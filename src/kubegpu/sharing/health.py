@@ -27,6 +27,10 @@ from kubegpu.sharing.devices import Device
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 ENV_DISABLE = "DP_DISABLE_HEALTHCHECKS"
 ENV_ENABLE = "DP_ENABLE_HEALTHCHECKS"
+# Bounds on the two variables (docs/limits.md): an XID is an unsigned 32-bit number, and a
+# list holds at most MAX_XID_ITEMS entries; anything beyond is reported as not understood.
+MAX_XID = 2**32 - 1
+MAX_XID_ITEMS = 1024
 
 
 @dataclass(frozen=True)
@@ -54,25 +58,43 @@ class XidPolicy:
     def from_env(cls, environ: Mapping[str, str]) -> XidPolicy:
         checks, ignored, forced, force_all = True, set(DEFAULT_IGNORED_XIDS), set(), False
         invalid: list[str] = []
-        for item in _items(environ.get(ENV_DISABLE, "")):
+        for name, item in _items(environ, ENV_DISABLE, invalid):
             if item.lower() in ("all", "xids"):
                 checks = False
-            elif item.isdigit():
-                ignored.add(int(item))
+            elif (xid := parse_xid(item)) is not None:
+                ignored.add(xid)
             else:
-                invalid.append(f"{ENV_DISABLE}={item}")
-        for item in _items(environ.get(ENV_ENABLE, "")):
+                invalid.append(f"{name}={_short(item)}")
+        for name, item in _items(environ, ENV_ENABLE, invalid):
             if item.lower() in ("all", "xids"):
                 force_all = True
-            elif item.isdigit():
-                forced.add(int(item))
+            elif (xid := parse_xid(item)) is not None:
+                forced.add(xid)
             else:
-                invalid.append(f"{ENV_ENABLE}={item}")
+                invalid.append(f"{name}={_short(item)}")
         return cls(checks, frozenset(ignored), frozenset(forced), force_all, tuple(invalid))
 
 
-def _items(text: str) -> list[str]:
-    return [p.strip() for p in text.split(",") if p.strip()]
+def _short(text: str, limit: int = 20) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def parse_xid(text: str) -> int | None:
+    """An XID as the variables write it (decimal, 0..MAX_XID); None when it is not one."""
+    if not text.isascii() or not text.isdigit() or len(text) > len(str(MAX_XID)):
+        return None
+    value = int(text)
+    return value if value <= MAX_XID else None
+
+
+def _items(environ: Mapping[str, str], name: str, invalid: list[str]) -> list[tuple[str, str]]:
+    """The entries of one comma list, at most MAX_XID_ITEMS (the rest counted as invalid)."""
+    items = [p.strip() for p in environ.get(name, "").split(",") if p.strip()]
+    if len(items) > MAX_XID_ITEMS:
+        invalid.append(
+            f"{name}: {len(items) - MAX_XID_ITEMS} entries past the first {MAX_XID_ITEMS}"
+        )
+    return [(name, item) for item in items[:MAX_XID_ITEMS]]
 
 
 # A fault's scope: (gpu index, gpu instance id, compute instance id); None = the whole GPU
