@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo demo-dra test install lint typecheck contracts kubernetes bench
+.PHONY: demo demo-dra test install lint typecheck contracts kubernetes bench bench-scale
 
 $(BIN)/kubegpu: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,3 +39,9 @@ test: lint typecheck contracts kubernetes
 
 bench: install kubernetes
 	$(BIN)/python -m bench
+
+# 10, 100, 300 and 1,000 simulated 8-GPU nodes (BENCH_SCALE_NODES=10,100 for fewer): writes
+# bench/scale.md and its plots. Long (the 1,000-node point alone takes most of an hour on
+# 2 cores); not part of `make bench` nor `make test`.
+bench-scale: install kubernetes
+	$(BIN)/python -m bench.bench_scale

@@ -13,12 +13,17 @@ socket, in the same event loop, so each figure includes the client's share).
 The pod figure runs on the real control plane (kube-scheduler allocates the claims) with
 two simulated nodes: one with the DRA plugin (in process, publishing through the API
 server), one with a device plugin serving 8 devices (tests/integration/fake_plugin.py, the
-one bench_sim uses); the same pods, one device each, 8 at a time, 3 rounds.
+one bench_sim uses); the same pods, one device each, 8 at a time, 3 rounds. The claim pods
+run twice: from a ResourceClaimTemplate (the resource-claim controller makes each pod's
+claim) and naming a ResourceClaim created before the pod. For both, a per-step breakdown:
+timestamps from watches (claim created, claim allocated and reserved, pod bound, Running)
+and from wrappers around the simulated kubelet's prepare and the plugin's (no code changed).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import shutil
 import statistics
 import sys
@@ -31,7 +36,7 @@ import grpc
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node, Pod
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimTemplate
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate
 
 from kubegpu.dra.classes import device_classes
 from kubegpu.dra.partitions import Pool
@@ -200,69 +205,166 @@ async def _slices(root: Path) -> tuple[float, int]:
     return publisher.first - t0, publisher.devices
 
 
-def _pod(name: str, node: str, claim: bool) -> Pod:
+def _pod(name: str, node: str, claim: str | None) -> Pod:
     container: dict[str, Any] = {"name": "c", "image": "example/app:1"}
     spec: dict[str, Any] = {
         "nodeSelector": {"kubernetes.io/hostname": node},
         "containers": [container],
     }
-    if claim:
+    if claim == "template":
         spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+    elif claim == "claim":
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": f"{name}-claim"}]
         container["resources"] = {"claims": [{"name": "gpu"}]}
     else:
         container["resources"] = {"limits": {"example.com/gpu": "1"}}
     return Pod.from_dict({"metadata": {"name": name, "namespace": "default"}, "spec": spec})
 
 
+ONE_GPU: dict[str, Any] = {
+    "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+}
+
+
+def _claim(name: str) -> ResourceClaim:
+    return ResourceClaim.from_dict(  # type: ignore[attr-defined,no-any-return]
+        {"metadata": {"name": name, "namespace": "default"}, "spec": ONE_GPU}
+    )
+
+
+class Marks:
+    """When each pod passed each step (first time seen), by pod name."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, dict[str, float]] = {}
+
+    def mark(self, pod: str, step: str) -> None:
+        self.at.setdefault(pod, {}).setdefault(step, time.perf_counter())
+
+    def breakdown(self, steps: list[str]) -> list[tuple[str, float, float]]:
+        """(from -> to, p50 ms, p99 ms) for consecutive steps every pod passed."""
+        out = []
+        for a, b in itertools.pairwise(steps):
+            d = [m[b] - m[a] for m in self.at.values() if a in m and b in m]
+            if d:
+                out.append((f"{a} -> {b}", statistics.median(d) * 1000, _pct(d, 0.99) * 1000))
+        return out
+
+
+def _owner(obj: Any) -> str | None:
+    refs = obj.metadata.ownerReferences if obj.metadata else None
+    return refs[0].name if refs else None
+
+
 async def _rounds(
-    client: AsyncClient, node: str, claim: bool, prefix: str
+    client: AsyncClient, node: str, claim: str | None, prefix: str, marks: Marks | None = None
 ) -> tuple[list[float], list[float]]:
     """create -> Running seconds of ROUNDS x PER_ROUND pods, PER_ROUND at a time, and of
-    those the create -> bound (scheduled) part."""
+    those the create -> bound (scheduled) part. `claim`: None (device plugin), "template"
+    (a ResourceClaimTemplate) or "claim" (a ResourceClaim created before the pod)."""
+    marks = marks if marks is not None else Marks()
     out: list[float] = []
     bound_part: list[float] = []
-    running: dict[str, float] = {}
-    bound: dict[str, float] = {}
 
     async def watch() -> None:
         async for _, pod in client.watch(Pod, namespace="default"):
             if not pod.metadata or not pod.metadata.name:
                 continue
             if pod.spec and pod.spec.nodeName:
-                bound.setdefault(pod.metadata.name, time.perf_counter())
+                marks.mark(pod.metadata.name, "bound")
             if pod.status and pod.status.phase == "Running":
-                running.setdefault(pod.metadata.name, time.perf_counter())
+                marks.mark(pod.metadata.name, "Running")
 
-    watcher = asyncio.create_task(watch())
+    async def watch_claims() -> None:
+        async for _, obj in client.watch(ResourceClaim, namespace="default"):
+            pod = _owner(obj) or (obj.metadata.name or "").removesuffix("-claim")
+            marks.mark(pod, "claim created")
+            status = obj.status
+            if status is not None and status.allocation is not None and status.reservedFor:
+                marks.mark(pod, "claim allocated")
+
+    watchers = [asyncio.create_task(watch()), asyncio.create_task(watch_claims())]
     await asyncio.sleep(0.5)
     try:
         for r in range(ROUNDS):
             created: dict[str, float] = {}
-            for i in range(PER_ROUND):
-                name = f"{prefix}-{r}-{i}"
+            names = [f"{prefix}-{r}-{i}" for i in range(PER_ROUND)]
+            if claim == "claim":
+                for name in names:
+                    await client.create(_claim(f"{name}-claim"))
+                await asyncio.sleep(0.2)  # the claims reach the scheduler's informer
+            for name in names:
                 created[name] = time.perf_counter()
+                marks.mark(name, "created")
                 await client.create(_pod(name, node, claim))
             deadline = time.perf_counter() + 120
-            while any(n not in running for n in created) and time.perf_counter() < deadline:
+            while (
+                any("Running" not in marks.at.get(n, {}) for n in created)
+                and time.perf_counter() < deadline
+            ):
                 await asyncio.sleep(0.05)
-            out += [running[n] - t for n, t in created.items() if n in running]
-            bound_part += [bound[n] - t for n, t in created.items() if n in bound]
+            at = {n: marks.at.get(n, {}) for n in created}
+            out += [m["Running"] - m["created"] for m in at.values() if "Running" in m]
+            bound_part += [m["bound"] - m["created"] for m in at.values() if "bound" in m]
             for name in created:
                 await client.delete(Pod, name, namespace="default", grace_period=0)
             while True:  # the devices come back once the pods are gone
-                names = {p.metadata.name async for p in client.list(Pod, namespace="default")}
-                if not names & set(created):
+                left = {p.metadata.name async for p in client.list(Pod, namespace="default")}
+                if not left & set(created):
                     break
                 await asyncio.sleep(0.1)
+            if claim == "claim":
+                for name in names:
+                    await client.delete(ResourceClaim, f"{name}-claim", namespace="default")
     finally:
-        watcher.cancel()
+        for w in watchers:
+            w.cancel()
     return out, bound_part
 
 
 Figures = tuple[list[float], list[float]]
+CLAIM_STEPS = [
+    "created",
+    "claim created",
+    "claim allocated",
+    "bound",
+    "kubelet prepares",
+    "plugin called",
+    "plugin done",
+    "kubelet prepared",
+    "Running",
+]
 
 
-async def _pods(cp: ControlPlane, tmp: Path) -> tuple[Figures, Figures]:
+def _instrument(node: SimNode, program: DraPluginProgram, marks: Marks) -> None:
+    """Timestamps from inside the simulated kubelet and the plugin (wrapping, no change)."""
+    dra_manager = node.dra
+    prepare_pod = dra_manager.prepare_pod
+    preparer = program._preparer
+    assert preparer is not None
+    prepare = preparer.prepare
+
+    async def timed_prepare_pod(pod: dict[str, Any], waiting: Any = None) -> None:
+        name = pod["metadata"]["name"]
+        marks.mark(name, "kubelet prepares")
+        await prepare_pod(pod, waiting)
+        marks.mark(name, "kubelet prepared")
+
+    async def timed_prepare(refs: Any) -> Any:
+        pods = [r.name.rsplit("-gpu-", 1)[0].removesuffix("-claim") for r in refs]
+        for pod in pods:
+            marks.mark(pod, "plugin called")
+        out = await prepare(refs)
+        for pod in pods:
+            marks.mark(pod, "plugin done")
+        return out
+
+    dra_manager.prepare_pod = timed_prepare_pod  # type: ignore[method-assign]
+    preparer.prepare = timed_prepare  # type: ignore[method-assign]
+
+
+async def _pods(cp: ControlPlane, tmp: Path) -> tuple[Figures, Figures, Figures, list[Marks]]:
     client = AsyncClient(KubeConfig.from_file(cp.kubeconfig_path))
     dp_node = SimNode(
         SimNodeConfig(name="dp-node", root=tmp / "dp", gpus="h200-nvl:8"), cp.kubeconfig_path
@@ -280,18 +382,7 @@ async def _pods(cp: ControlPlane, tmp: Path) -> tuple[Figures, Figures]:
         await client.create(DeviceClass.from_dict(body))  # type: ignore[attr-defined]
     await client.create(
         ResourceClaimTemplate.from_dict(  # type: ignore[attr-defined]
-            {
-                "metadata": {"name": "one-gpu", "namespace": "default"},
-                "spec": {
-                    "spec": {
-                        "devices": {
-                            "requests": [
-                                {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
-                            ]
-                        }
-                    }
-                },
-            }
+            {"metadata": {"name": "one-gpu", "namespace": "default"}, "spec": {"spec": ONE_GPU}}
         )
     )
     root = dra_node.root
@@ -307,6 +398,7 @@ async def _pods(cp: ControlPlane, tmp: Path) -> tuple[Figures, Figures]:
         sim_backend(dra_node.gpu_state),
     )
     task = await _started(program)
+    template_marks, claim_marks = Marks(), Marks()
     try:
         while True:
             node = await client.get(Node, dp_node.name)
@@ -315,8 +407,11 @@ async def _pods(cp: ControlPlane, tmp: Path) -> tuple[Figures, Figures]:
                 break
             await asyncio.sleep(0.1)
         await asyncio.sleep(1.0)  # the slices reach the scheduler's informer
-        dp = await _rounds(client, dp_node.name, False, "dp")
-        claims = await _rounds(client, dra_node.name, True, "dra")
+        dp = await _rounds(client, dp_node.name, None, "dp")
+        _instrument(dra_node, program, template_marks)
+        claims = await _rounds(client, dra_node.name, "template", "dra", template_marks)
+        _instrument(dra_node, program, claim_marks)
+        named = await _rounds(client, dra_node.name, "claim", "rc", claim_marks)
     finally:
         await _stop(program, task)
         await plugin.stop()
@@ -326,7 +421,7 @@ async def _pods(cp: ControlPlane, tmp: Path) -> tuple[Figures, Figures]:
             with contextlib.suppress(ApiError):
                 await client.delete(Node, name)
         await client.close()
-    return dp, claims
+    return dp, claims, named, [template_marks, claim_marks]
 
 
 def _report(name: str, times: list[float], target: float | None) -> bool:
@@ -372,8 +467,9 @@ async def _main() -> int:
     return failed
 
 
-def _pod_figures(dp_figures: Figures, claim_figures: Figures) -> int:
+def _pod_figures(dp_figures: Figures, claim_figures: Figures, named_figures: Figures) -> int:
     (dp, dp_bound), (claims, claims_bound) = dp_figures, claim_figures
+    named, named_bound = named_figures
     want = ROUNDS * PER_ROUND
     dp50, dra50 = statistics.median(dp) * 1000, statistics.median(claims) * 1000
     dp99, dra99 = _pct(dp, 0.99) * 1000, _pct(claims, 0.99) * 1000
@@ -389,7 +485,19 @@ def _pod_figures(dp_figures: Figures, claim_figures: Figures) -> int:
         f"{'ok' if ok else 'MISSED'}; create -> bound p50 "
         f"{statistics.median(claims_bound) * 1000:.0f} ms"
     )
+    n50, n99 = statistics.median(named) * 1000, _pct(named, 0.99) * 1000
+    print(
+        f"  pod create -> Running, existing claim    p50 {n50:6.0f} ms  p99 {n99:6.0f} ms  "
+        f"({len(named)}/{want}); {n50 / dp50:.2f}x; create -> bound p50 "
+        f"{statistics.median(named_bound) * 1000:.0f} ms (no target: no template to expand)"
+    )
     return 0 if ok else 1
+
+
+def _breakdown(label: str, marks: Marks, skip: str = "") -> None:
+    print(f"  {label}: per step, p50 / p99 ms")
+    for step, p50, p99 in marks.breakdown([s for s in CLAIM_STEPS if s != skip]):
+        print(f"    {step:<36} {p50:7.1f} {p99:7.1f}")
 
 
 def run() -> int:
@@ -397,10 +505,13 @@ def run() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="kgb-dra-", dir="/tmp"))
     try:
         with ControlPlane(tmp / "cp") as cp:
-            dp, claims = asyncio.run(_pods(cp, tmp))
+            dp, claims, named, marks = asyncio.run(_pods(cp, tmp))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return failed + _pod_figures(dp, claims)
+    failed += _pod_figures(dp, claims, named)
+    _breakdown("one DRA claim from a template", marks[0])
+    _breakdown("one existing ResourceClaim", marks[1], skip="claim created")
+    return failed
 
 
 if __name__ == "__main__":

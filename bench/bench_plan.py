@@ -6,7 +6,7 @@ is within 2% of the exact solver's on the scenario corpus. The nos-style greedy
 mode plans 10,000 GPUs x 50,000 requests in < 5 s and < 1 GiB, and is within 2% of the best
 known plan on generated fleets (`BENCH_PLAN_GENERATED` scenarios, default 200).
 
-`BENCH_PLAN_EXACT_LIMIT` (seconds, default 60) bounds each exact solve; where it runs out,
+`BENCH_PLAN_EXACT_LIMIT` (CPU seconds, default 60) bounds each exact solve; where it runs out,
 the exact column is the best solution found and the gap is also given against HiGHS's
 lower bound (an upper bound on the true gap). `BENCH_PLAN_JOBS` (default 1) runs the
 generated scenarios in that many processes. The scaling curve (time and peak memory against

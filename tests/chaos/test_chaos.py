@@ -5,8 +5,8 @@ once a bounded settle time has passed, every invariant of `invariants` holds aga
 The faults, their targets and their random points come from the run's seed (printed at the
 start and in the summary; `KUBEGPU_CHAOS_SEED` replays it). The work is bounded by a count
 of faults per kind (`KUBEGPU_CHAOS_ROUNDS` multiplies it for a longer soak) and each settle
-by a timeout. The DRA kubelet plugin joins once the chart deploys it (issue 12): its
-"killed mid-prepare" fault is not here yet.
+by a timeout. The DRA kubelet plugin killed mid-prepare runs on a stack of its own
+(test_chaos_dra.py): a ClusterPolicy and DRA are exclusive on a node.
 """
 
 from __future__ import annotations

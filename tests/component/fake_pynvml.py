@@ -72,6 +72,8 @@ class FakeGpu:
     # active NVLinks (links 0..n-1) and the payload each moved so far, KiB (TX, RX)
     nvlinks: int = 0
     nvlink_kib: tuple[int, int] = (0, 0)
+    # running compute processes: (pid, used MiB, SM %)
+    processes: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
     def uuid(self) -> str:
@@ -163,7 +165,27 @@ class FakeNvmlLibrary:
         return h.model.product_name
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: FakeGpu) -> list[Any]:
-        return []
+        no_id = 0xFFFFFFFF
+        return [
+            SimpleNamespace(
+                pid=pid, usedGpuMemory=mib * MIB, gpuInstanceId=no_id, computeInstanceId=no_id
+            )
+            for pid, mib, _ in h.processes
+        ]
+
+    def nvmlDeviceGetProcessUtilization(self, h: FakeGpu, since: int) -> list[Any]:
+        """Two buffered samples per process, the older one stale: the newest must win."""
+        if h.mig_current:
+            raise _fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not h.processes:
+            raise _fail(pynvml.NVML_ERROR_NOT_FOUND)
+        return [
+            SimpleNamespace(
+                pid=pid, timeStamp=stamp, smUtil=sm if stamp else 0, memUtil=0, encUtil=0, decUtil=0
+            )
+            for stamp in (2, 0)
+            for pid, _, sm in h.processes
+        ]
 
     # -- MIG mode ------------------------------------------------------------------------------
     def nvmlDeviceGetMigMode(self, h: FakeGpu) -> tuple[int, int]:

@@ -498,6 +498,42 @@ async def test_a_claim_left_half_prepared_is_rolled_back_and_prepared_again(
     assert node.checkpoint()["u-1"].state is State.PREPARE_COMPLETED
 
 
+async def test_a_claim_killed_while_its_cdi_spec_was_written_leaves_no_temporary_file(
+    node: Node, kubelet: Kubelet
+) -> None:
+    tmp = node.cdi_spec("u-1").with_name(f".{node.cdi_spec('u-1').name}.tmp")
+    tmp.parent.mkdir(parents=True)
+    tmp.write_text('{"cdiVersion": "0.6.0", "dev')
+    CheckpointFile(node.plugin_dir / "checkpoint.json").save(
+        CheckpointFile(node.plugin_dir / "checkpoint.json")
+        .load()
+        .with_claim(ClaimRecord("u-1", "ml", "one", State.PREPARE_STARTED))
+    )
+    claim = node.api.add("one", "u-1", [("gpu", "gpu-0")])
+    async with _run(node.program()):
+        stub = kubelet.dra(await kubelet.register())
+        assert (await prepare(stub, claim)).claims["u-1"].error == ""
+    assert sorted(p.name for p in tmp.parent.iterdir()) == [node.cdi_spec("u-1").name]
+
+
+async def test_a_prepared_claim_whose_cdi_spec_is_gone_is_prepared_again(
+    node: Node, kubelet: Kubelet
+) -> None:
+    # after a reboot /var/run/cdi is empty while the checkpoint (under /var/lib) remains:
+    # answering from the checkpoint would hand out CDI ids nothing resolves
+    claim = node.api.add("one", "u-1", [("gpu", "gpu-0")])
+    async with _run(node.program()):
+        stub = kubelet.dra(await kubelet.register())
+        first = (await prepare(stub, claim)).claims["u-1"]
+    node.cdi_spec("u-1").unlink()
+    async with _run(node.program()):
+        stub = kubelet.dra(await kubelet.register())
+        assert (await prepare(stub, claim)).claims["u-1"] == first
+    spec = json.loads(node.cdi_spec("u-1").read_text())
+    assert [d["name"] for d in spec["devices"]] == ["u-1-gpu-0"]
+    assert node.checkpoint()["u-1"].state is State.PREPARE_COMPLETED
+
+
 class FailingMps:
     """An MPS daemon that does not start."""
 

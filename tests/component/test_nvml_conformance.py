@@ -8,7 +8,7 @@ the order auto-placement picks) is not asserted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from fake_pynvml import FakeNvmlLibrary
 from kubegpu.catalog import get_model
 from kubegpu.nvml import Activation, MigMode, Nvml, errors
 from kubegpu.nvml.real import RealNvml
-from kubegpu.nvml.sim import SimNvml
+from kubegpu.nvml.sim import SimControls, SimNvml
 from kubegpu.nvml.types import NvLinkThroughput
 
 H100, L4 = get_model("h100-80gb"), get_model("l4")
@@ -235,3 +235,63 @@ def test_the_sample_carries_the_nvlink_counters(nvlinked: Nvml) -> None:
 def test_nvlink_of_a_gpu_that_is_not_there(nvlinked: Nvml) -> None:
     with pytest.raises(errors.InvalidArgument):
         nvlinked.nvlink_throughput(7)
+
+
+# -- processes -------------------------------------------------------------------------------------
+
+StartProcess = Callable[[int, int, int, int], None]  # GPU index, pid, MiB, SM %
+
+
+@pytest.fixture(params=["sim", "real"])
+def with_processes(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Nvml, StartProcess]]:
+    """The H100 + L4 node, and a way to start a CUDA process on one of its GPUs."""
+    if request.param == "sim":
+        sim = SimNvml.create(tmp_path / "node.json", "h100-80gb:1,l4:1")
+        lab = SimControls.of(sim)
+
+        def start(index: int, pid: int, mib: int, sm: int) -> None:
+            lab.start_process(index, pid, mib, sm_percent=sm)
+
+        backend: Nvml = sim
+    else:
+        driver = FakeNvmlLibrary([H100, L4])
+        driver.install(monkeypatch)
+
+        def start(index: int, pid: int, mib: int, sm: int) -> None:
+            driver.gpus[index].processes.append((pid, mib, sm))
+
+        backend = RealNvml()
+    with backend:
+        yield backend, start
+
+
+def test_running_processes_are_listed_with_the_memory_they_hold(
+    with_processes: tuple[Nvml, StartProcess],
+) -> None:
+    nvml, start = with_processes
+    assert nvml.processes(0) == []
+    start(0, 4242, 3072, 35)
+    start(0, 4343, 1024, 20)
+    assert {(p.pid, p.used_memory_mib, p.gpu_instance_id) for p in nvml.processes(0)} == {
+        (4242, 3072, None),
+        (4343, 1024, None),
+    }
+    assert nvml.processes(1) == []
+
+
+def test_utilisation_samples_name_each_process(with_processes: tuple[Nvml, StartProcess]) -> None:
+    nvml, start = with_processes
+    assert nvml.process_utilization(0) == []  # nothing ran: no sample, not an error
+    start(0, 4242, 3072, 35)
+    start(0, 4343, 1024, 20)
+    got = {u.pid: u.sm_percent for u in nvml.process_utilization(0)}
+    assert got == {4242: 35, 4343: 20}
+
+
+def test_no_process_utilisation_in_mig_mode(with_processes: tuple[Nvml, StartProcess]) -> None:
+    nvml, _ = with_processes
+    _mig_on(nvml)
+    with pytest.raises(errors.NotSupported):
+        nvml.process_utilization(0)

@@ -7,14 +7,7 @@ container runs one GPU command, not a shell script; the demo does the same)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,22 +15,15 @@ from typing import Any
 import pytest
 import yaml
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.resources.resource_v1 import (
-    DeviceClass,
-    ResourceClaim,
-    ResourceClaimTemplate,
-    ResourceSlice,
-)
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
 from kubegpu.catalog import nvidia
-from kubegpu.dra.classes import device_classes
-from kubegpu.nvml.sim import SimNvml
 from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.node import SimNode, SimNodeConfig
-from kubegpu.sim.pods import pod_processes
+from kubegpu.sim.node import SimNode
 
+from .dra_stack import device_classes_applied, published_devices, sim_gpu_node
+from .dra_stack import dra_plugin as start_plugin
 from .helpers import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
@@ -48,106 +34,31 @@ MIG_GPU = 3  # carries one 1g.18gb MIG device; GPUs 0-2 are whole
 UUID = re.compile(r"UUID: ((?:GPU|MIG)-[0-9a-f-]+)")
 
 
-def _one_mig_device(state: Path, index: int, profile: str) -> None:
-    with SimNvml(state) as nvml:
-        nvml.set_mig_mode(index, True)
-        if nvml.mig_mode(index).change_pending:
-            nvml.reset(index)
-        gi_profile = next(p for p in nvml.gpu_instance_profiles(index) if p.name == profile)
-        gi = nvml.create_gpu_instance(index, gi_profile.id)
-        ci_profile = next(
-            c
-            for c in nvml.compute_instance_profiles(index, gi.id)
-            if c.slice_count == gi_profile.slice_count
-        )
-        nvml.create_compute_instance(index, gi.id, ci_profile.id)
-
-
 @pytest.fixture
 async def gpu_node(control_plane: ControlPlane, akube: AsyncClient) -> AsyncIterator[SimNode]:
-    root = tempfile.mkdtemp(prefix="kg-", dir="/tmp")  # short: unix socket paths are limited
-    node = SimNode(
-        SimNodeConfig(name=NODE, root=Path(root), gpus="h200-nvl:4", lease_interval_s=1.0),
-        control_plane.kubeconfig_path,
-    )
-    await node.start()
-    _one_mig_device(node.gpu_state, MIG_GPU, "1g.18gb")
-    try:
+    mig = {MIG_GPU: ("1g.18gb",)}
+    async with sim_gpu_node(control_plane, akube, NODE, "h200-nvl:4", mig=mig) as node:
         yield node
-    finally:
-        await node.stop()
-        assert pod_processes(node.root) == [], f"{node.name} left pod processes behind"
-        with contextlib.suppress(ApiError):
-            await akube.delete(Node, node.name)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
 async def classes(akube: AsyncClient) -> AsyncIterator[None]:
-    for body in device_classes():
-        with contextlib.suppress(ApiError):
-            await akube.create(DeviceClass.from_dict(body))  # type: ignore[attr-defined]
-    yield
-    for body in device_classes():
-        with contextlib.suppress(ApiError):
-            await akube.delete(DeviceClass, body["metadata"]["name"])
+    async with device_classes_applied(akube):
+        yield
 
 
 @pytest.fixture
 def dra_plugin(gpu_node: SimNode, control_plane: ControlPlane, tmp_path: Path) -> Iterator[None]:
     """`kubegpu dra-plugin` for the node, with the sharing gates the examples use."""
-    root = gpu_node.root
-    log_path = tmp_path / "dra-plugin.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kubegpu",
-                "dra-plugin",
-                "--node-name",
-                gpu_node.name,
-                "--kubeconfig",
-                str(control_plane.kubeconfig_path),
-                "--nvml",
-                f"sim:{gpu_node.gpu_state}",
-                "--plugins-registry",
-                str(root / "var/lib/kubelet/plugins_registry"),
-                "--plugins-dir",
-                str(root / "var/lib/kubelet/plugins"),
-                "--cdi-root",
-                str(root / "var/run/cdi"),
-                "--device-plugin-dir",
-                str(root / "var/lib/kubelet/device-plugins"),
-                "--feature-gates",
-                "TimeSlicingSettings=true,MPSSupport=true",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
+    with start_plugin(
+        gpu_node, control_plane, tmp_path, "TimeSlicingSettings=true,MPSSupport=true"
+    ):
         yield
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        print(log_path.read_text()[-4000:])
 
 
 async def _devices(akube: AsyncClient) -> dict[str, Any]:
     """Published device name -> its attributes (empty until the pool is published)."""
-    return {
-        d["name"]: d.get("attributes") or {}
-        async for s in akube.list(
-            ResourceSlice, fields={"spec.driver": nvidia.DRA_DRIVER, "spec.nodeName": NODE}
-        )
-        for d in s.to_dict()["spec"].get("devices") or []
-    }
+    return {n: d.get("attributes") or {} for n, d in (await published_devices(akube, NODE)).items()}
 
 
 def _uuid(attributes: dict[str, Any], name: str) -> str:

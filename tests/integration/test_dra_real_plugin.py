@@ -5,32 +5,25 @@ deleting the pod unprepares, and a restarted kubelet gets the slices back."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimTemplate, ResourceSlice
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from kubegpu.catalog import nvidia
-from kubegpu.dra.classes import device_classes
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
 from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.node import SimNode, SimNodeConfig
-from kubegpu.sim.pods import pod_processes
+from kubegpu.sim.node import SimNode
 
+from .dra_stack import device_classes_applied, environ, published_slices, sim_gpu_node
+from .dra_stack import dra_plugin as start_plugin
 from .helpers import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
@@ -40,89 +33,25 @@ NODE = "dra-gpus"
 
 @pytest.fixture
 async def gpu_node(control_plane: ControlPlane, akube: AsyncClient) -> AsyncIterator[SimNode]:
-    root = tempfile.mkdtemp(prefix="kg-", dir="/tmp")  # short: unix socket paths are limited
-    node = SimNode(
-        SimNodeConfig(name=NODE, root=Path(root), gpus="h200-nvl:2", lease_interval_s=1.0),
-        control_plane.kubeconfig_path,
-    )
-    await node.start()
-    try:
+    async with sim_gpu_node(control_plane, akube, NODE, "h200-nvl:2") as node:
         yield node
-    finally:
-        await node.stop()
-        assert pod_processes(node.root) == [], f"{node.name} left pod processes behind"
-        with contextlib.suppress(ApiError):
-            await akube.delete(Node, node.name)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
 async def classes(akube: AsyncClient) -> AsyncIterator[None]:
-    for body in device_classes():
-        with contextlib.suppress(ApiError):
-            await akube.create(DeviceClass.from_dict(body))  # type: ignore[attr-defined]
-    yield
-    for body in device_classes():
-        with contextlib.suppress(ApiError):
-            await akube.delete(DeviceClass, body["metadata"]["name"])
+    async with device_classes_applied(akube):
+        yield
 
 
 @pytest.fixture
-def dra_plugin(gpu_node: SimNode, control_plane: ControlPlane, tmp_path: Path) -> Any:
+def dra_plugin(gpu_node: SimNode, control_plane: ControlPlane, tmp_path: Path) -> Iterator[Any]:
     """`kubegpu dra-plugin` for the node, as its DaemonSet pod would run it."""
-    root = gpu_node.root
-    log = (tmp_path / "dra-plugin.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kubegpu",
-            "dra-plugin",
-            "--node-name",
-            gpu_node.name,
-            "--kubeconfig",
-            str(control_plane.kubeconfig_path),
-            "--nvml",
-            f"sim:{gpu_node.gpu_state}",
-            "--plugins-registry",
-            str(root / "var/lib/kubelet/plugins_registry"),
-            "--plugins-dir",
-            str(root / "var/lib/kubelet/plugins"),
-            "--cdi-root",
-            str(root / "var/run/cdi"),
-            "--device-plugin-dir",
-            str(root / "var/lib/kubelet/device-plugins"),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        yield proc
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
-        print((tmp_path / "dra-plugin.log").read_text()[-4000:])
+    with start_plugin(gpu_node, control_plane, tmp_path) as plugin:
+        yield plugin
 
 
 async def _slices(akube: AsyncClient) -> list[Any]:
-    return [
-        s.to_dict()
-        async for s in akube.list(
-            ResourceSlice, fields={"spec.driver": nvidia.DRA_DRIVER, "spec.nodeName": NODE}
-        )
-    ]
-
-
-def _environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(item.decode().partition("=")[::2] for item in raw if b"=" in item)
+    return await published_slices(akube, NODE)
 
 
 async def test_the_real_plugin_serves_a_claim_end_to_end(
@@ -202,7 +131,7 @@ async def test_the_real_plugin_serves_a_claim_end_to_end(
 
     (pid,) = gpu_node.pids()
     uuid = devices[device]["attributes"]["uuid"]["string"]
-    assert _environ(pid)[nvidia.NVIDIA_VISIBLE_DEVICES] == uuid
+    assert environ(pid)[nvidia.NVIDIA_VISIBLE_DEVICES] == uuid
 
     spec_files = list((gpu_node.root / "var/run/cdi").glob(f"*{claim_uid}*"))
     assert spec_files, "the plugin wrote no CDI spec for the claim"

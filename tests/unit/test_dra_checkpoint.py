@@ -113,3 +113,16 @@ def test_a_file_without_a_version_is_unreadable(tmp_path: Path) -> None:
     path.write_text(json.dumps({"claims": {}}))
     assert CheckpointFile(path).load() == Checkpoint()
     assert list(tmp_path.glob("checkpoint.json.corrupt-*"))
+
+
+def test_a_look_from_outside_the_lock_repairs_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.json"
+    f = CheckpointFile(path)
+    assert f.peek() is None  # no file yet
+    path.write_text('{"version": 1, "claims": {')
+    assert f.peek() is None
+    assert path.read_text() == '{"version": 1, "claims": {'  # left for the locked reader
+    assert list(tmp_path.glob("checkpoint.json.corrupt-*")) == []
+    path.write_text(json.dumps({"version": 1, "claims": {"u1": {"state": "PrepareCompleted"}}}))
+    peeked = f.peek()
+    assert peeked is not None and peeked.claims["u1"].completed

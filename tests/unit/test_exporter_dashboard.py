@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kubegpu.exporter import load_counters
+from kubegpu.exporter import isolation, load_counters
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "kubegpu-dashboard.json"
 LABELS = {
@@ -26,6 +26,9 @@ LABELS = {
     "vgpu",
     "err_code",
     "err_msg",
+    "attribution",
+    "method",
+    "fault_isolated",
 }
 
 
@@ -38,11 +41,14 @@ def queries(dashboard: dict[str, Any]) -> list[str]:
 def test_the_dashboard_queries_only_metrics_and_labels_the_exporter_serves() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     served = {c.field for c in load_counters().metrics} | {"kubegpu_exporter_gpu_up"}
+    served |= {name for name, _ in isolation.FAMILIES}
     exprs = queries(dashboard)
     assert exprs
     for e in exprs:  # a cheap syntax check: brackets balance
         assert e.count("(") == e.count(")") and e.count("{") == e.count("}"), e
-    used = {m for e in exprs for m in re.findall(r"\b(?:DCGM_FI_\w+|kubegpu_exporter_\w+)", e)}
+    used = {
+        m for e in exprs for m in re.findall(r"\b(?:DCGM_FI_\w+|kubegpu_(?:exporter|pod)_\w+)", e)
+    }
     assert used <= served, used - served
     grouped = {
         label.strip()

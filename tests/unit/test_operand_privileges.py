@@ -100,6 +100,7 @@ ALLOWED_HOST_PATHS: dict[str, dict[str, str]] = {
         MPS: "MPS pipes and logs shared with workloads",
         DRIVER_ROOT: "driver libraries for the CDI specs",
         "/var/run/cdi": "writes the CDI specs",
+        f"{KUBELET}/pod-resources": "which pod holds the devices it allocated (annotation)",
     },
     "nvidia-device-plugin-mps-control-daemon": {
         MPS: "MPS pipes and logs shared with workloads",
@@ -110,6 +111,7 @@ ALLOWED_HOST_PATHS: dict[str, dict[str, str]] = {
         f"{KUBELET}/pod-resources": "which pod holds which GPU",
         VALIDATIONS[0]: VALIDATIONS[1],
         ALL_GPUS[0]: ALL_GPUS[1],
+        "/proc": "which pod a GPU process runs in, only with KUBEGPU_EXPORTER_PROCESS_METRICS",
     },
     "gpu-feature-discovery": {
         VALIDATIONS[0]: VALIDATIONS[1],

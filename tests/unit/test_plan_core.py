@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
+from kubegpu.plan import parse_data
 from kubegpu.plan.core import (
     BaseReporter,
     Bin,
@@ -20,7 +22,11 @@ from kubegpu.plan.core import (
 )
 from kubegpu.plan.core.classes import floored, solve_classes
 from kubegpu.plan.core.exact import Model, solve_exact
+from kubegpu.plan.core.heuristic import Greedy, orders
 from kubegpu.plan.core.solution import BinPlan, Placement, Solution
+from kubegpu.plan.generate import scenario
+from kubegpu.plan.provider import GpuProvider
+from kubegpu.plan.reporter import PlanReporter
 
 ANY = frozenset({"plain", "share"})
 PATTERNS = (
@@ -189,3 +195,35 @@ def test_items_that_do_not_pack_by_class_fall_back_to_the_per_bin_programme() ->
     _, sol = solve(Threes(bins=2, demands=[Demand("train", 5, 100, ("whole",))]), method="exact")
     assert verify(problem, sol) == []
     assert sol.unplaced(problem) == [1]
+
+
+def test_the_greedy_remembers_pattern_choices_without_changing_one() -> None:
+    """The greedy memoises its pattern choices (the key is what a choice reads); a pass
+    that recomputes every choice makes the same plan."""
+
+    class Forgetful(dict[tuple[object, ...], int | None]):
+        def __setitem__(self, key: tuple[object, ...], value: int | None) -> None:
+            pass
+
+    for seed in (3, 19, 57):
+        inp = parse_data(scenario(seed, gpus=64, count=10, replicas=150))
+        problem = Problem.compile(GpuProvider(inp, PlanReporter()))
+        order = orders(problem)[0]
+        calls = {"remembered": 0, "fresh": 0}
+        passes = {"remembered": Greedy(problem, order), "fresh": Greedy(problem, order)}
+        passes["fresh"]._picks = Forgetful()
+        for name, g in passes.items():
+            pick = g._pick
+
+            def counted(
+                *args: Any, name: str = name, pick: Any = pick, calls: dict[str, int] = calls
+            ) -> int | None:
+                calls[name] += 1
+                return pick(*args)
+
+            g._pick = counted  # type: ignore[method-assign]
+        plan = passes["remembered"].solution("heuristic")
+        recomputed = passes["fresh"].solution("heuristic")
+        assert calls["remembered"] < calls["fresh"]  # the memo answered some choices
+        assert plan.placements == recomputed.placements
+        assert plan.bins == recomputed.bins

@@ -19,17 +19,25 @@ from kubegpu.plan.generate import scenario
 from kubegpu.plan.provider import GpuProvider
 from kubegpu.plan.reporter import PlanReporter
 
-SEEDS = range(100, 108)
+SEEDS = range(100, 112)
 GAP = 0.02
+# The terms: where the exact programme proves its optimum within 60 s (of CPU).
+EXACT_LIMIT_S = 60
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_default_mode_is_within_two_percent_of_the_optimum(seed: int) -> None:
-    inp = parse_data(scenario(seed, gpus=24, count=6, replicas=40, shapes=3))
+    # 16, 24 or 32 GPUs in nodes of three shapes, 4-8 workloads
+    size = seed % 3
+    inp = parse_data(
+        scenario(seed, gpus=16 + 8 * size, count=4 + 2 * size, replicas=30 + 15 * size, shapes=3)
+    )
     problem = Problem.compile(GpuProvider(inp, PlanReporter()))
-    best = solve_exact(problem, solve_heuristic(problem), time_limit=20, node_limit=10**6)
+    best = solve_exact(
+        problem, solve_heuristic(problem), time_limit=EXACT_LIMIT_S, node_limit=10**6
+    )
     if not best.optimal:
-        pytest.skip("the per-node programme did not prove optimality in 20 s")
+        pytest.skip(f"the per-node programme did not prove optimality in {EXACT_LIMIT_S} s")
     plan = make_plan(inp, suggest=False)
     assert check_plan(inp, plan) == []
     assert plan.objective <= best.objective * (1 + GAP) + 1e-6

@@ -211,19 +211,23 @@ def parse_yaml(
         ) from None
     except RecursionError:
         raise error(f"{source}: nested too deeply") from None
-    _check_size(data, source, error, limits)
+    check_shape(data, source, error, limits, aliases=True)
     return data
 
 
-def _check_size(data: Any, source: str, error: type[E], limits: Limits) -> None:
-    """Counts values with aliases expanded, stopping as soon as a bound is passed."""
+def check_shape(
+    data: Any, source: str, error: type[E], limits: Limits, *, aliases: bool = False
+) -> None:
+    """Counts the values of a parsed document (YAML: with aliases expanded) and their depth,
+    stopping as soon as a bound is passed."""
+    expanded = " once aliases are expanded" if aliases else ""
     count = 0
     stack: list[tuple[Any, int]] = [(data, 0)]
     while stack:
         node, depth = stack.pop()
         count += 1
         if count > limits.max_values:
-            raise error(f"{source}: more than {limits.max_values} values once aliases are expanded")
+            raise error(f"{source}: more than {limits.max_values} values{expanded}")
         if depth > limits.max_depth:
             raise error(f"{source}: nested more than {limits.max_depth} levels deep")
         if isinstance(node, dict):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 
 from kubegpu.catalog.naming import compute_instance_name, variant_of
 
 
+@cache  # the planner's layout search asks the same few versions many thousand times
 def parse_driver_version(version: str) -> tuple[int, ...]:
     """'575.51.03' -> (575, 51, 3); a bare branch '525' -> (525,). Compared as tuples."""
     try:

@@ -38,6 +38,15 @@ MIG_CAPABLE = "nvidia.com/mig.capable"
 MIG_STRATEGY = "nvidia.com/mig.strategy"
 MPS_CAPABLE = "nvidia.com/mps.capable"
 VGPU_PRESENT = "nvidia.com/vgpu.present"
+CUDA_DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"  # e.g. 580.95.05
+
+# --- kubegpu's own names beside NVIDIA's (no upstream equivalent; docs/exporter.md) ---------
+
+KUBEGPU_DOMAIN = "kubegpu.io"
+ISOLATION_LABEL_PREFIX = f"{KUBEGPU_DOMAIN}/gpu."  # + "<index>.isolation", written by GFD
+ISOLATION_ANNOTATION = f"{KUBEGPU_DOMAIN}/isolation"  # on each GPU pod, by the device plugin
+# on a workload pod, by its owner: the weakest isolation it accepts (`kubegpu doctor`)
+ISOLATION_REQUIRED_LABEL = f"{KUBEGPU_DOMAIN}/isolation-required"
 
 # --- annotations ----------------------------------------------------------------------------
 
@@ -59,6 +68,10 @@ NVIDIA_MIG_MONITOR_DEVICES = "NVIDIA_MIG_MONITOR_DEVICES"
 NVIDIA_IMEX_CHANNELS = "NVIDIA_IMEX_CHANNELS"
 CUDA_MPS_PIPE_DIRECTORY = "CUDA_MPS_PIPE_DIRECTORY"
 CUDA_MPS_LOG_DIRECTORY = "CUDA_MPS_LOG_DIRECTORY"
+# MPS client-side limits (CUDA reads them in the client; kubegpu sets them for MIG instances)
+CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+CUDA_MPS_PINNED_DEVICE_MEM_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 VISIBLE_DEVICES_VOID = "void"  # NVIDIA_VISIBLE_DEVICES value that hands out no GPU
 
 # --- CDI kinds ------------------------------------------------------------------------------
@@ -83,9 +96,45 @@ def deploy_label(operand: str) -> str:
     return DEPLOY_PREFIX + operand
 
 
+def isolation_label(index: int) -> str:
+    """GPU 0 -> `kubegpu.io/gpu.0.isolation` (exclusive, mig, mps or time-sliced)."""
+    return f"{ISOLATION_LABEL_PREFIX}{index}.isolation"
+
+
 def mig_resource(profile: str) -> str:
     """`1g.10gb+me` -> `nvidia.com/mig-1g.10gb.me`: upstream's mixed-strategy name (`+` -> `.`).
 
     No length or DNS checks here; the device-plugin config validates names it is given.
     """
     return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+
+
+# --- what `kubegpu doctor` reads (gpu-operator.md, device-plugin.md, dcgm-dra.md) -----------
+
+CUDA_DRIVER_VERSION_FULL = "nvidia.com/cuda.driver-version.full"  # GFD: "580.82.07"
+MIG_INVALID_SUFFIX = "-MIG-INVALID"  # gpu.product under `single` when the GPUs disagree
+MIG_ALL_DISABLED = "all-disabled"  # the mig-parted config that turns MIG off
+MIG_STATE_PENDING = "pending"  # nvidia.com/mig.config.state values the MIG manager writes
+MIG_STATE_SUCCESS = "success"
+MIG_STATE_FAILED = "failed"
+MIG_STATE_REBOOTING = "rebooting"
+GPU_MODE_GRAPHICS = "graphics"  # nvidia.com/gpu.mode of a GPU in graphics display mode
+SHARING_TIME_SLICING = "time-slicing"  # nvidia.com/gpu.sharing-strategy values
+SHARING_MPS = "mps"
+DEVICE_PLUGIN_DAEMONSET = "nvidia-device-plugin-daemonset"  # also its pods' `app` label
+MIG_MANAGER_DAEMONSET = "nvidia-mig-manager"
+GFD_DAEMONSET = "gpu-feature-discovery"
+DRA_KUBELET_PLUGIN_DAEMONSET = "nvidia-dra-driver-gpu-kubelet-plugin"
+DRA_MIN_DRIVER = "565"  # the DRA driver for GPUs needs this driver branch or newer
+
+# Node Feature Discovery's labels the operator reads (gpu-operator.md section 2.2)
+NFD_PREFIX = "feature.node.kubernetes.io/"
+NFD_PCI_NVIDIA = "feature.node.kubernetes.io/pci-10de.present"
+NFD_PCI_NVIDIA_3D = "feature.node.kubernetes.io/pci-0302_10de.present"
+NFD_PCI_NVIDIA_VGA = "feature.node.kubernetes.io/pci-0300_10de.present"
+NFD_GPU_LABELS = (NFD_PCI_NVIDIA, NFD_PCI_NVIDIA_3D, NFD_PCI_NVIDIA_VGA)
+NFD_KERNEL_VERSION = "feature.node.kubernetes.io/kernel-version.full"
+NFD_OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
+NFD_OS_VERSION_ID = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
+MIG_PARTED_DEFAULT_CONFIGMAP = "default-mig-parted-config"  # the chart's mig-parted layouts
+MIG_GENERATED_CONFIGMAP_SUFFIX = "-mig-config"  # <node>-mig-config: the MIG manager's own

@@ -13,6 +13,7 @@ from typer.core import TyperGroup
 # command name -> (module, attribute): a typer.Typer (a group) or a command function
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("kubegpu.cli.demo", "demo"),
+    "doctor": ("kubegpu.cli.doctor", "doctor"),
     "mig": ("kubegpu.cli.mig", "app"),
     "plan": ("kubegpu.cli.plan", "plan"),
     "sim": ("kubegpu.cli.sim", "app"),
@@ -25,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "exporter": ("kubegpu.cli.exporter", "exporter"),
     "validator": ("kubegpu.cli.validator", "app"),
     "operator": ("kubegpu.cli.operator", "app"),
+    "what-if": ("kubegpu.cli.whatif", "app"),
 }
 
 
@@ -58,3 +60,9 @@ app = typer.Typer(
 @app.callback()
 def _root() -> None:
     """NVIDIA GPU node stack for Kubernetes: node components, MIG tools, planner and GPU simulator."""
+
+
+def root_command() -> _click.Command:
+    """`kubegpu` as a click command: what the simulator's in-process pods parse a
+    container's command line with (kubegpu.sim.inprocess)."""
+    return typer.main.get_command(app)

@@ -66,6 +66,26 @@ def exporter(
         envvar="KUBERNETES_ENABLE_DRA",
         help="Attribute GPUs and MIG devices held through DRA claims (dra_* labels).",
     ),
+    process_metrics: bool = typer.Option(
+        False,
+        "--kubernetes-process-metrics",
+        envvar="KUBEGPU_EXPORTER_PROCESS_METRICS",
+        help="Per-pod values from each pod's GPU processes (attribution label) and each "
+        "pod's isolation; needs --kubernetes, --node-name, API read of pods and the host's "
+        "/proc (see docs/exporter.md).",
+    ),
+    proc_root: Path = typer.Option(
+        Path("/proc"),
+        "--proc-root",
+        envvar="KUBEGPU_EXPORTER_PROC_ROOT",
+        help="Where the host's /proc is seen (process -> pod, for --kubernetes-process-metrics).",
+    ),
+    kubeconfig: str | None = typer.Option(
+        None,
+        "--kubeconfig",
+        envvar="KUBECONFIG",
+        help="API credentials outside a pod (--kubernetes-process-metrics only).",
+    ),
     resource_names: str = typer.Option(
         "",
         "--nvidia-resource-names",
@@ -97,5 +117,13 @@ def exporter(
         virtual_gpus=virtual_gpus,
         enable_dra=enable_dra,
         nvidia_resource_names=tuple(n.strip() for n in resource_names.split(",") if n.strip()),
+        process_metrics=process_metrics,
+        proc_root=proc_root,
     )
-    raise typer.Exit(run(lambda: ExporterProgram(config, collectors, gpu_backend(nvml, sim_node))))
+    raise typer.Exit(
+        run(
+            lambda: ExporterProgram(
+                config, collectors, gpu_backend(nvml, sim_node), kubeconfig=kubeconfig
+            )
+        )
+    )

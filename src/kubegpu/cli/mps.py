@@ -40,7 +40,8 @@ def mps_control_daemon(
     nvml: str | None = NVML_OPTION,
     sim_node: str | None = SIM_NODE_OPTION,
 ) -> None:
-    """Run one MPS control daemon per MPS-shared resource (limits: an equal share per replica).
+    """Run one MPS control daemon per MPS-shared resource (limits: an equal share per replica);
+    with sharing.mps.migInstances, one per MIG instance with shares of the instance.
 
     On a simulated node (--nvml sim:...) the daemon records the limits it would set in
     <mps-root>/<resource>/limits.json instead of running nvidia-cuda-mps-control.

@@ -17,7 +17,10 @@ from rich.table import Table
 
 from kubegpu.cli.options import fail
 from kubegpu.plan import Plan, PlanInputError, load_input, make_plan, plan_json, render
+from kubegpu.plan.dra import DraPlan, DraPlanError, dra_json, dra_plan
+from kubegpu.plan.emit import render_dra
 from kubegpu.plan.rules import RULES
+from kubegpu.sharing import isolation
 
 EXIT_PARTIAL = 3
 
@@ -55,16 +58,51 @@ def _node_table(plan: Plan) -> Table:
     return table
 
 
-def _workload_table(plan: Plan) -> Table:
+def _workload_table(plan: Plan, dra: DraPlan | None = None) -> Table:
     table = Table(
-        "workload", "method", "request (per replica)", "placed", "where", title="Workloads"
+        "workload",
+        "method",
+        "claim (per pod)" if dra else "request (per replica)",
+        "placed",
+        "where",
+        title="Workloads",
     )
     for w in plan.workloads:
         method = (w.method or "-") + (f" {w.profile}" if w.profile else "")
         request = ", ".join(f"{k}: {v}" for k, v in w.resources.items()) or "-"
+        if dra is not None:
+            claims = dict.fromkeys(g.claim for g in dra.groups if g.workload == w.name)
+            request = ", ".join(claims) or "-"
         placed = f"{w.placed}/{w.replicas}" + (f" [red]({w.left} left)[/red]" if w.left else "")
         where = ", ".join(f"{n} x{k}" for n, k in sorted(w.nodes.items())) or "-"
         table.add_row(w.name, method, request, placed, where)
+    return table
+
+
+def _claim_table(dp: DraPlan) -> Table:
+    """Each claim, what it asks for, and the pods that use it (by name where they share)."""
+    table = Table(title="DRA claims")
+    table.add_column("claim", no_wrap=True)
+    for name in ("devices", "sharing", "used by"):
+        table.add_column(name)
+    users: dict[str, list[str]] = {}
+    for g in dp.groups:
+        pods = f": {', '.join(g.pods)}" if g.shared else ""
+        users.setdefault(g.claim, []).append(f"{g.workload} x{len(g.pods)} on {g.node}{pods}")
+    for c in dp.claims:
+        what = ("shared claim" if c.shared else "template") + f", {c.count}x {c.model}"
+        what += f" {c.profile}" if c.profile else ""
+        sharing = "-"
+        params = c.parameters()
+        if params is not None:
+            sharing = f"{c.strategy} x{c.replicas}"
+            mps = params["sharing"].get("mpsConfig")
+            if mps:
+                sharing += (
+                    f": {mps['defaultActiveThreadPercentage']}% threads, "
+                    f"{mps['defaultPinnedDeviceMemoryLimit']} pinned"
+                )
+        table.add_row(c.name, what, sharing, "\n".join(users[c.name]))
     return table
 
 
@@ -75,6 +113,17 @@ def _explain(plan: Plan) -> None:
         for r in reasons:
             source = f" [dim]({RULES[r.rule].source})[/dim]" if r.rule in RULES else ""
             console.print(f"  - {r.text}{source}", soft_wrap=True)
+    # the same words as the node labels, pod annotations and exporter metric
+    isolated = [
+        (n.name, g.index, m)
+        for n in plan.nodes
+        for g in n.gpus
+        if (m := isolation.plan_method(g.role, n.sharing)) is not None
+    ]
+    if isolated:
+        console.print("[bold]Isolation[/bold]")
+        for node, index, method in isolated:
+            console.print(f"  - {node} GPU {index}: {isolation.describe(method)}", soft_wrap=True)
 
 
 def plan(
@@ -95,6 +144,11 @@ def plan(
     mig_strategy: str | None = typer.Option(
         None, "--mig-strategy", help="auto (single where a node allows it) or mixed."
     ),
+    api: str = typer.Option(
+        "device-plugin",
+        "--api",
+        help="device-plugin (counted resources, ClusterPolicy) or dra (ResourceClaims, GPUCluster).",
+    ),
 ) -> None:
     """Plan which cards, sharing methods and MIG layouts serve a workload mix.
 
@@ -105,6 +159,8 @@ def plan(
         fail(f"--solver {solver!r}: use auto, exact or heuristic", code=2)
     if mig_strategy not in (None, "auto", "mixed"):
         fail(f"--mig-strategy {mig_strategy!r}: use auto or mixed", code=2)
+    if api not in ("device-plugin", "dra"):
+        fail(f"--api {api!r}: use device-plugin or dra", code=2)
     try:
         inp = load_input([str(f) for f in files])
     except PlanInputError as exc:
@@ -123,21 +179,39 @@ def plan(
         result = make_plan(inp, solver=method)
     except ValueError as exc:
         fail(str(exc))
-    written = render(result)
+    dra: DraPlan | None = None
+    if api == "dra":
+        try:
+            workloads = {w.name: w for w in inp.workloads}
+            dra = dra_plan(result, workloads)
+            written = render_dra(result, workloads)
+        except DraPlanError as exc:
+            fail(f"--api dra: the plan cannot be expressed through DRA: {exc}")
+    else:
+        written = render(result)
     if out is not None:
         try:
             for rel, text in written.items():
                 path = out / rel
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
-            (out / "label-nodes.sh").chmod(0o755)
+            for script in ("label-nodes.sh", "apply-mig.sh"):
+                if script in written:
+                    (out / script).chmod(0o755)
         except OSError as exc:
             fail(f"--out {out}: cannot write the plan's files: {exc.strerror or exc}")
     if as_json:
-        typer.echo(json.dumps(plan_json(result), indent=2))
+        doc = plan_json(result)
+        if dra is not None:
+            doc["dra"] = dra_json(dra)
+        typer.echo(json.dumps(doc, indent=2))
     else:
-        console.print(_workload_table(result))
+        console.print(_workload_table(result, dra))
         console.print(_node_table(result))
+        if dra is not None:
+            console.print(_claim_table(dra))
+            for note in dra.notes:
+                console.print(f"[yellow]dra[/yellow] {note}", soft_wrap=True)
         for n in result.nodes:
             for p in n.prerequisites:
                 console.print(f"[yellow]prerequisite[/yellow] {n.name}: {p}", soft_wrap=True)

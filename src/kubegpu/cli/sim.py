@@ -150,7 +150,9 @@ def up(
     write_pid(workdir)
 
     async def main() -> None:
-        cluster = SimCluster(spec, workdir)
+        from kubegpu.cli.app import root_command  # in-process components parse with it
+
+        cluster = SimCluster(spec, workdir, root_command)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

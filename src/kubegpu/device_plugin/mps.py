@@ -3,7 +3,9 @@
 For every resource whose replicas are MPS clients it creates `<root>/<resource>/pipe` and
 `.../log`, starts the control daemon with its GPUs in EXCLUSIVE_PROCESS compute mode, sets
 each GPU's pinned device memory limit to `memory / replicas` and the active thread
-percentage to `100 / replicas`, then creates `<root>/<resource>/.started` (the device
+percentage to `100 / replicas` (MIG instances shared under `sharing.mps.migInstances`: one
+daemon per instance in `<root>/<resource>/<MIG-uuid>/`, with the instance's shares), then
+creates `<root>/<resource>/.started` once all of the resource's daemons run (the device
 plugin registers the resource only after that) and `<root>/.ready`. It follows the same
 config (file, or named config chosen by the node label) as the plugin, and on a change
 stops the daemons that are no longer wanted before starting the new ones.
@@ -124,7 +126,7 @@ class MpsControlDaemon:
         try:
             config = self.node.load(choice)
             gpus = read_gpus(self.nvml)
-            wanted = {r.resource: r for r in mps_resources(gpus, config, advertise(gpus, config))}
+            wanted = {r.key: r for r in mps_resources(gpus, config, advertise(gpus, config))}
         except (SharingConfigError, StrategyError) as exc:
             message = str(exc) if isinstance(exc, SharingConfigError) else f"{choice.source}: {exc}"
             self.rejection = message
@@ -147,31 +149,33 @@ class MpsControlDaemon:
             if name not in self.running:
                 self._start(resource)
                 self.running[name] = resource
+        for resource_name in {r.resource for r in wanted.values()}:
+            # every daemon of the resource runs (one per MIG instance): it may be served
+            (self._dir(resource_name) / STARTED).touch()
         (self.options.mps_root / READY).touch()
         if wanted:
             self.node.report(
                 NORMAL,
                 "MpsDaemonsStarted",
                 "; ".join(
-                    f"{r.resource}: {len(r.limits)} GPUs, {r.limits[0].replicas} replicas, "
+                    f"{r.key}: {len(r.limits)} {'MIG instance' if r.instance else 'GPUs'}, "
+                    f"{r.limits[0].replicas} replicas, "
                     f"{r.active_thread_percentage}% threads"
                     for r in wanted.values()
                 ),
             )
 
     def _start(self, resource: MpsResource) -> None:
-        directory = self._dir(resource.resource)
+        directory = self._dir(resource.key)
         (directory / "pipe").mkdir(parents=True, exist_ok=True)
         (directory / "log").mkdir(parents=True, exist_ok=True)
         self.backend.start(resource, directory)
-        (directory / STARTED).touch()
-        log.info("MPS daemon for %s started: %s", resource.resource, commands(resource))
+        log.info("MPS daemon for %s started: %s", resource.key, commands(resource))
 
     def _stop(self, resource: MpsResource) -> None:
-        directory = self._dir(resource.resource)
-        (directory / STARTED).unlink(missing_ok=True)
+        (self._dir(resource.resource) / STARTED).unlink(missing_ok=True)
         try:
-            self.backend.stop(resource, directory)
+            self.backend.stop(resource, self._dir(resource.key))
         except Exception as exc:
-            log.warning("stopping the MPS daemon of %s: %s", resource.resource, exc)
-        log.info("MPS daemon for %s stopped", resource.resource)
+            log.warning("stopping the MPS daemon of %s: %s", resource.key, exc)
+        log.info("MPS daemon for %s stopped", resource.key)

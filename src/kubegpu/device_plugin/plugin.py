@@ -27,7 +27,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,10 +35,11 @@ from typing import Any
 import grpc
 from lightkube import AsyncClient
 
+from kubegpu.device_plugin.annotate import PodAnnotator
 from kubegpu.device_plugin.discovery import NodeFacts, read_node
 from kubegpu.device_plugin.health import EventReader
 from kubegpu.device_plugin.server import ResourceServer, ResourceState
-from kubegpu.kube.kubelet import DEVICE_PLUGIN_PATH, REGISTRATION_SOCKET
+from kubegpu.kube.kubelet import DEVICE_PLUGIN_PATH, KUBELET_SOCKET, REGISTRATION_SOCKET
 from kubegpu.kube.nodes import NORMAL, WARNING
 from kubegpu.node.config import NodeConfig
 from kubegpu.nvml import EventType, GpuEvent, Nvml, NvmlError
@@ -48,6 +49,7 @@ from kubegpu.sharing.config import PluginConfig, SharingConfigError
 from kubegpu.sharing.config_source import ConfigSource
 from kubegpu.sharing.devices import Advertised, Device, StrategyError, advertise
 from kubegpu.sharing.health import HealthBook, Scope, XidPolicy
+from kubegpu.sharing.isolation import Isolation, allocation_isolation
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ REASON_REJECTED = "DevicePluginConfigRejected"
 REASON_UNHEALTHY = "GpuUnhealthy"
 REASON_RECOVERED = "GpuRecovered"
 MPS_STARTED = ".started"
+POD_RESOURCES_DIR = "pod-resources"
 
 
 @dataclass
@@ -77,6 +80,10 @@ class PluginOptions:
     poll_s: float = 1.0  # kubelet socket, config files, MPS readiness, recovery
     retry_s: float = 30.0  # after a failed registration
     event_wait_s: float = 1.0  # one NVML event wait (bounds shutdown time)
+    # where to ask which pod holds allocated devices (the isolation annotation); None: the
+    # kubelet's pod-resources socket beside its registration socket
+    pod_resources_socket: Path | None = None
+    annotate_pods: bool = True
 
 
 class DevicePlugin:
@@ -113,6 +120,12 @@ class DevicePlugin:
         self._events_fault: str | None = None  # why GPU events cannot be read, while so
         self._read_fault: str | None = None  # why the GPUs could not be read, while so
         self._probe_faults: dict[Scope, str] = {}  # recovery probes that failed, logged once
+        self.annotator: PodAnnotator | None = None
+        socket = options.pod_resources_socket
+        if socket is None and options.kubelet_socket is not None:
+            socket = options.kubelet_socket.parent.parent / POD_RESOURCES_DIR / KUBELET_SOCKET
+        if client is not None and options.annotate_pods and socket is not None:
+            self.annotator = PodAnnotator(client, socket, self.describe)
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -135,6 +148,8 @@ class DevicePlugin:
             async with self._lock:
                 await self._apply(force=True)
             self.ready.set()
+            if self.annotator is not None:
+                self._in_background(self.annotator.run())
             control = asyncio.create_task(self._control(), name="device-plugin-control")
             await self._stopping.wait()
         finally:
@@ -150,6 +165,18 @@ class DevicePlugin:
                 await server.stop()
             await self.node.stop()
             log.info("device plugin stopped")
+
+    def describe(self, device_ids: Sequence[str]) -> list[Isolation]:
+        """What the devices give (`sharing.isolation`), under the config being served."""
+        if self.advertised is None or self.facts is None or self.config is None:
+            return []
+        return allocation_isolation(
+            device_ids, self.advertised, self.facts.gpus, self.config.sharing_strategy
+        )
+
+    def _allocated(self, device_ids: list[str]) -> None:
+        if self.annotator is not None:
+            self.annotator.allocated(device_ids)
 
     def stop(self) -> None:
         """Ask `run()` to finish: servers stop, their sockets are removed."""
@@ -266,6 +293,7 @@ class DevicePlugin:
             server = self.servers.get(name)
             if server is None:
                 server = self.servers[name] = ResourceServer(name, self.options.plugin_dir, state)
+                server.on_allocate = self._allocated
             else:
                 await server.update(state)
             await self._ensure_started(server)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,8 @@ class ResourceServer(dp_grpc.DevicePluginServicer):
         self.state = state
         self.registered = False
         self.allocations = 0  # Allocate calls answered (for tests and logs)
+        # told the device IDs of every answered Allocate (the plugin annotates the pod)
+        self.on_allocate: Callable[[list[str]], None] | None = None
         self._server: grpc.aio.Server | None = None
         self._changed = asyncio.Condition()
         self._version = 0
@@ -222,6 +224,8 @@ class ResourceServer(dp_grpc.DevicePluginServicer):
                 )
             )
         self.allocations += 1
+        if self.on_allocate is not None:
+            self.on_allocate([i for req in request.container_requests for i in req.devices_ids])
         return dp.AllocateResponse(container_responses=out)
 
     async def PreStartContainer(

@@ -185,7 +185,16 @@ class Checkpoint:
 
 
 class CheckpointFile:
-    """The checkpoint at `path`, read and written whole (atomically, fsynced)."""
+    """The checkpoint at `path`, read and written whole, atomically (a temporary file
+    renamed over it), so a reader — the next plugin process after a kill -9 — sees the old
+    or the new checkpoint, never a mix.
+
+    Not fsynced: that would guard only against an OS crash or power loss, and what the
+    checkpoint describes does not survive those either (CDI specs live under /var/run, MIG
+    devices and MPS daemons go with the GPU reset of a reboot), while two fsyncs were most
+    of a prepare's time and all of its tail. A checkpoint left empty or torn by a crash is
+    moved aside (see `load`) and a record whose CDI spec is gone is prepared again
+    (`kubegpu.dra.prepare`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -213,12 +222,18 @@ class CheckpointFile:
             )
             return Checkpoint()
 
+    def peek(self) -> Checkpoint | None:
+        """The checkpoint as it is now, repairing nothing (None when there is none or it is
+        unreadable): a look from outside the lock, which must never move the file aside."""
+        try:
+            data = json.loads(self.path.read_text())
+            return Checkpoint.from_json(data) if isinstance(data, dict) else None
+        except (OSError, ValueError):
+            return None
+
     def save(self, checkpoint: Checkpoint) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with tmp.open("w") as f:
-            json.dump(checkpoint.to_json(), f, indent=1, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
+        # one write of the whole text (json.dump would write it piece by piece)
+        tmp.write_text(json.dumps(checkpoint.to_json(), indent=1, sort_keys=True) + "\n")
         os.replace(tmp, self.path)

@@ -2,9 +2,10 @@
 
 Per claim, in this order, so that a crash at any point is repaired by the next call:
 
-1. a claim already `PrepareCompleted` in the checkpoint returns its stored devices (the
-   kubelet retries calls it got no answer for);
-2. a claim left `PrepareStarted` (the plugin died while preparing it) is rolled back;
+1. a claim already `PrepareCompleted` in the checkpoint, its CDI spec in place, returns its
+   stored devices (the kubelet retries calls it got no answer for);
+2. a claim left `PrepareStarted` (the plugin died while preparing it), or completed but
+   without its CDI spec (a reboot emptied /var/run), is rolled back;
 3. the claim is read from the API server and planned (`claims.plan_claim`): any problem is
    the claim's error and nothing is changed;
 4. the checkpoint says `PrepareStarted`; the MPS daemon (if the config asks for one) is
@@ -33,7 +34,13 @@ from filelock import FileLock, Timeout
 
 from kubegpu.catalog import nvidia
 from kubegpu.dra.cdi import SpecDevice, cdi_id, claim_spec, spec_file_name
-from kubegpu.dra.checkpoint import CheckpointFile, ClaimRecord, PreparedDevice, State
+from kubegpu.dra.checkpoint import (
+    Checkpoint,
+    CheckpointFile,
+    ClaimRecord,
+    PreparedDevice,
+    State,
+)
 from kubegpu.dra.claims import ClaimError, ClaimPlan, ClaimRef, plan_claim
 from kubegpu.dra.config import FeatureGates
 from kubegpu.dra.dynamic import MigDeviceError, MigWriter
@@ -108,8 +115,11 @@ class Preparer:
     # -- prepare --------------------------------------------------------------------------
     async def _prepare_one(self, ref: ClaimRef) -> Outcome:
         try:
-            async with self._lock:
-                done = await asyncio.to_thread(self._under_file_lock, self._completed, ref.uid)
+            # a retried call for a finished claim is answered from the checkpoint without
+            # the API server; the read needs no lock (the file is replaced atomically) and
+            # anything else is decided again under the lock below
+            now = self.checkpoint.peek()
+            done = self._finished(now, ref.uid) if now is not None else None
             if done is not None:
                 return Outcome(devices=done)
             claim = await self._read(ref)
@@ -141,40 +151,54 @@ class Preparer:
             return fn(*args)
 
     def _prepare_locked(self, claim: Json, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
-        done = self._completed(ref.uid)
+        cp = self.checkpoint.load()
+        done = self._finished(cp, ref.uid)
         if done is not None:
             return done
+        if ref.uid in cp.claims:  # half prepared, or its CDI spec is gone
+            self._rollback(cp.claims[ref.uid])
+            cp = self.checkpoint.load()
         plan = plan_claim(
             claim, ref, self.settings.node_name, self.published(), self.settings.gates
         )
-        return self._apply(plan)
+        return self._apply(plan, cp)
 
     def created_placements(self) -> set[tuple[int, int, int]]:
         """The dynamic MIG devices the plugin created (or is creating) for claims."""
+        # read from the publishing thread, outside the lock: a look that repairs nothing
         return {
             d.dynamic_mig
-            for record in self.checkpoint.load().claims.values()
+            for record in (self.checkpoint.peek() or Checkpoint()).claims.values()
             for d in record.devices
             if d.dynamic_mig is not None
         }
 
-    def _completed(self, uid: str) -> tuple[PreparedDevice, ...] | None:
-        """The stored devices of a finished claim; a half-prepared one is rolled back."""
-        record = self.checkpoint.load().claims.get(uid)
-        if record is None:
+    def _finished(self, cp: Checkpoint, uid: str) -> tuple[PreparedDevice, ...] | None:
+        """The stored devices of a claim prepared to the end whose CDI spec is still there
+        (specs under /var/run do not survive a reboot; the checkpoint does)."""
+        record = cp.claims.get(uid)
+        if record is None or not record.completed or not self._spec_path(uid).exists():
             return None
-        if record.completed:
-            return record.devices
-        log.warning(
-            "claim %s/%s was left half prepared (the plugin stopped while preparing it): "
-            "rolling it back",
-            record.namespace,
-            record.name,
-        )
-        self._unprepare(uid)
-        return None
+        return record.devices
 
-    def _apply(self, plan: ClaimPlan) -> tuple[PreparedDevice, ...]:
+    def _rollback(self, record: ClaimRecord) -> None:
+        if record.completed:
+            log.warning(
+                "claim %s/%s is in the checkpoint but its CDI spec is gone (a reboot?): "
+                "preparing it again",
+                record.namespace,
+                record.name,
+            )
+        else:
+            log.warning(
+                "claim %s/%s was left half prepared (the plugin stopped while preparing it): "
+                "rolling it back",
+                record.namespace,
+                record.name,
+            )
+        self._unprepare(record.uid)
+
+    def _apply(self, plan: ClaimPlan, cp: Checkpoint) -> tuple[PreparedDevice, ...]:
         ref, s = plan.ref, self.settings
         if any(d.device.dynamic for d in plan.devices) and self.mig is None:
             raise ClaimError(f"claim {ref}: dynamic MIG devices need the DynamicMIG gate")
@@ -200,8 +224,8 @@ class Preparer:
             devices=devices,
             mps_directory=str(mps_dir or ""),
         )
-        cp = self.checkpoint.load()
-        self.checkpoint.save(cp.with_claim(record))
+        cp = cp.with_claim(record)
+        self.checkpoint.save(cp)
         created: list[tuple[int, int, int]] = []
         try:
             spec_devices, devices = self._create_migs(plan, devices, created)
@@ -232,7 +256,7 @@ class Preparer:
             self._unprepare(ref.uid, migs=False)
             raise
         self.checkpoint.save(
-            self.checkpoint.load().with_claim(
+            cp.with_claim(
                 ClaimRecord(
                     uid=record.uid,
                     namespace=record.namespace,
@@ -282,10 +306,14 @@ class Preparer:
     def _spec_path(self, uid: str) -> Path:
         return self.settings.cdi_root / spec_file_name(uid)
 
+    def _spec_tmp_path(self, uid: str) -> Path:
+        path = self._spec_path(uid)
+        return path.with_name(f".{path.name}.tmp")
+
     def _write_spec(self, uid: str, spec: Json) -> None:
         path = self._spec_path(uid)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
+        tmp = self._spec_tmp_path(uid)
         tmp.write_text(json.dumps(spec, indent=1) + "\n")
         os.replace(tmp, path)
 
@@ -306,6 +334,7 @@ class Preparer:
             if migs and d.dynamic_mig is not None and self.mig is not None:
                 self.mig.destroy(*d.dynamic_mig)
         self._spec_path(uid).unlink(missing_ok=True)
+        self._spec_tmp_path(uid).unlink(missing_ok=True)  # a write the plugin died in
         if record is not None:
             self.checkpoint.save(cp.without(uid))
             log.info("unprepared claim %s/%s", record.namespace, record.name)

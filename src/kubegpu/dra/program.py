@@ -193,7 +193,9 @@ class DraPluginProgram:
     async def _loop(self, nvml: Nvml, publisher: Publisher) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            self._refresh(nvml)
+            # in a worker thread: reading every GPU takes a while, and the event loop must
+            # keep answering the kubelet meanwhile (it was the tail of prepare's latency)
+            await asyncio.to_thread(self._refresh, nvml)
             force, self._force = self._force, False
             try:
                 await publisher.publish(self.pool, force=force)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client.utils import floatToGoString
@@ -24,9 +25,16 @@ from prometheus_client.utils import floatToGoString
 from kubegpu.exporter import fields
 from kubegpu.exporter.counters import CounterSet
 from kubegpu.exporter.pods import DeviceIndex, EntityKey, PodInfo
+from kubegpu.exporter.processes import EntityUsage, GpuProcesses, Usage
 from kubegpu.exporter.xid import XidTracker, xid_name
 from kubegpu.nvml import Nvml, NvmlError
-from kubegpu.nvml.types import DeviceInfo, DeviceSample, GpuInstanceSample, SystemInfo
+from kubegpu.nvml.types import (
+    DeviceInfo,
+    DeviceSample,
+    GpuInstanceSample,
+    ProcessUtilization,
+    SystemInfo,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +48,7 @@ class GpuReading:
     sample: DeviceSample | None
     error: str | None = None  # why the GPU could not be read
     error_code: int = 0
+    processes: GpuProcesses | None = None  # read only for per-process attribution
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,36 @@ class Entity:
     sample: DeviceSample
     instance: GpuInstanceSample | None
     base_labels: str = field(repr=False)
+
+
+ATTRIBUTION = "attribution"  # on a pod's series: whose value it carries
+BY_PROCESS = "process"  # the pod's own processes' value
+BY_GPU = "gpu"  # the whole GPU's (or GPU instance's) value, the same on every pod
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One label set of an entity's series: plain, or naming a pod."""
+
+    pod: PodInfo | None
+    labels: str  # with attribution="gpu" on a pod's series when attributing
+    by_process: str = ""  # with attribution="process"
+
+
+# Fields a pod's own processes can be measured by (NVML's running processes and samples)
+PROCESS_FIELDS: dict[str, Callable[[Usage], float | None]] = {
+    "DCGM_FI_DEV_FB_USED": lambda u: float(u.memory_mib),
+    "DCGM_FI_DEV_GPU_UTIL": lambda u: None if u.sm_percent is None else float(u.sm_percent),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": lambda u: (
+        None if u.memory_percent is None else float(u.memory_percent)
+    ),
+    "DCGM_FI_DEV_ENC_UTIL": lambda u: (
+        None if u.encoder_percent is None else float(u.encoder_percent)
+    ),
+    "DCGM_FI_DEV_DEC_UTIL": lambda u: (
+        None if u.decoder_percent is None else float(u.decoder_percent)
+    ),
+}
 
 
 def escape_label(value: str) -> str:
@@ -91,8 +130,12 @@ class Collector:
         no_hostname: bool = False,
         replace_blanks_in_model_name: bool = False,
         xids: XidTracker | None = None,
+        read_processes: bool = False,
     ) -> None:
+        """`read_processes`: also read each GPU's processes and their utilisation samples
+        (per-pod attribution)."""
         self.nvml = nvml
+        self.read_processes = read_processes
         self.counters = counters
         self.hostname = None if no_hostname else (hostname or socket.gethostname())
         self.replace_blanks = replace_blanks_in_model_name
@@ -140,7 +183,24 @@ class Collector:
         if self._reported.get(index) is not None:
             log.info("GPU %d: readable again", index)
         self._reported[index] = None
-        return GpuReading(index, info, sample)
+        processes = self._processes(index) if self.read_processes else None
+        return GpuReading(index, info, sample, processes=processes)
+
+    def _processes(self, index: int) -> GpuProcesses | None:
+        """The GPU's processes and samples; None (no attribution) when they cannot be read."""
+        try:
+            procs = tuple(self.nvml.processes(index))
+        except Exception as exc:
+            log.debug("GPU %d: no process list: %s", index, exc)
+            return None
+        try:
+            samples: tuple[ProcessUtilization, ...] | None = tuple(
+                self.nvml.process_utilization(index)
+            )
+        except Exception as exc:  # MIG mode, or a GPU without samples
+            log.debug("GPU %d: no per-process utilisation: %s", index, exc)
+            samples = None
+        return GpuProcesses(index, procs, samples)
 
     # -- entities -----------------------------------------------------------------------------
     def _base(self, info: DeviceInfo, instance: GpuInstanceSample | None) -> str:
@@ -198,9 +258,15 @@ class Collector:
 
     # -- rendering ----------------------------------------------------------------------------
     def _variants(
-        self, entity: Entity, system: SystemInfo | None, pods: list[PodInfo], keep_plain: bool
-    ) -> list[str]:
-        """Label strings of one entity: one per attributed pod (plus the plain one)."""
+        self,
+        entity: Entity,
+        system: SystemInfo | None,
+        pods: list[PodInfo],
+        keep_plain: bool,
+        attributed: bool = False,
+    ) -> list[Variant]:
+        """Label sets of one entity: one per attributed pod (plus the plain one). With
+        `attributed`, a pod's carry `attribution` ("gpu", or "process" for its own value)."""
         extra: dict[str, str] = {}
         for counter in self.counters.labels:
             value = fields.LABELS[counter.field].read(system, entity.info)
@@ -212,13 +278,22 @@ class Collector:
             rest = labels_text(sorted(merged.items()))
             return f"{entity.base_labels},{rest}" if rest else entity.base_labels
 
-        variants = [text({})] if keep_plain or not pods else []
+        variants = [Variant(None, text({}))] if keep_plain or not pods else []
         for pod in pods:
             more = {"pod": pod.pod, "namespace": pod.namespace, "container": pod.container}
             if pod.vgpu is not None:
                 more["vgpu"] = pod.vgpu
             more.update(pod.labels)
-            variants.append(text(more))
+            if attributed:
+                variants.append(
+                    Variant(
+                        pod,
+                        text({**more, ATTRIBUTION: BY_GPU}),
+                        text({**more, ATTRIBUTION: BY_PROCESS}),
+                    )
+                )
+            else:
+                variants.append(Variant(pod, text(more)))
         return variants
 
     def render(
@@ -227,11 +302,21 @@ class Collector:
         pods: dict[EntityKey, list[PodInfo]] | None = None,
         *,
         virtual_gpus: bool = False,
+        usage: dict[EntityKey, EntityUsage] | None = None,
     ) -> str:
+        """The DCGM series. `usage` (per-pod attribution): a pod's series of a field its
+        processes can be measured by carry its own value, `attribution="process"`; every
+        other pod series carries the entity's value, `attribution="gpu"`."""
         entities = self.entities(snap)
         pods = pods or {}
         variants = [
-            self._variants(e, snap.system, pods.get(e.key, []), keep_plain=virtual_gpus)
+            self._variants(
+                e,
+                snap.system,
+                pods.get(e.key, []),
+                keep_plain=virtual_gpus,
+                attributed=usage is not None,
+            )
             for e in entities
         ]
         out: list[str] = []
@@ -253,7 +338,16 @@ class Collector:
                 if value is None:
                     continue
                 text = format_value(value)
-                lines += [f"{name}{{{label}{attrs}}} {text}\n" for label in labels]
+                measure = PROCESS_FIELDS.get(name)
+                measured = usage.get(entity.key) if usage is not None else None
+                for v in labels:
+                    mine = None
+                    if measure is not None and measured is not None and v.pod is not None:
+                        mine = measure(measured.of((v.pod.namespace, v.pod.pod)))
+                    if mine is not None:
+                        lines.append(f"{name}{{{v.by_process}{attrs}}} {format_value(mine)}\n")
+                    else:
+                        lines.append(f"{name}{{{v.labels}{attrs}}} {text}\n")
             if lines:
                 kind = counter.type if counter.type in ("gauge", "counter") else "untyped"
                 out.append(f"# HELP {name} {escape_help(counter.help)}\n# TYPE {name} {kind}\n")

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 from dataclasses import replace
 from pathlib import Path
 
 from kubegpu.exporter.counters import CountersError, load_counters
+from kubegpu.exporter.poddirectory import PodDirectory
 from kubegpu.exporter.server import (
     AddressError,
     Exporter,
@@ -18,16 +20,26 @@ from kubegpu.exporter.server import (
     check_resource_names,
     parse_address,
 )
+from kubegpu.node.api import api_client
 from kubegpu.node.gpus import GpuBackend
 from kubegpu.node.runtime import ComponentError
 
 log = logging.getLogger("kubegpu.exporter")
+FIELD_MANAGER = "kubegpu-exporter"
 
 
 class ExporterProgram:
-    def __init__(self, config: ExporterConfig, collectors: Path | None, gpus: GpuBackend) -> None:
+    def __init__(
+        self,
+        config: ExporterConfig,
+        collectors: Path | None,
+        gpus: GpuBackend,
+        *,
+        kubeconfig: str | None = None,
+    ) -> None:
         """`collectors`: the counters file (None: the built-in set); refused here, whole,
-        when it or the listen address is bad."""
+        when it or the listen address is bad. `kubeconfig`: API credentials outside a pod,
+        for --kubernetes-process-metrics."""
         try:
             parse_address(config.address)
             check_collect_interval(config.collect_interval_s)
@@ -35,6 +47,14 @@ class ExporterProgram:
             self.config = replace(config, counters=load_counters(collectors))
         except (AddressError, CountersError) as exc:
             raise ComponentError(str(exc)) from None
+        if config.process_metrics and not config.kubernetes:
+            raise ComponentError("--kubernetes-process-metrics needs --kubernetes")
+        self.node_name = config.hostname or os.environ.get("NODE_NAME")
+        if config.process_metrics and not self.node_name:
+            raise ComponentError(
+                "--kubernetes-process-metrics needs the node's name (--node-name / NODE_NAME)"
+            )
+        self.kubeconfig = kubeconfig
         self.gpus = gpus
         self._stop = asyncio.Event()
 
@@ -43,8 +63,13 @@ class ExporterProgram:
 
     async def run(self) -> None:
         nvml = self.gpus.open_or_fail()
+        client = None
         try:
-            server = Exporter(self.config, nvml)
+            directory = None
+            if self.config.process_metrics and self.node_name:
+                client = api_client(FIELD_MANAGER, self.kubeconfig)
+                directory = PodDirectory(client, self.node_name)
+            server = Exporter(self.config, nvml, directory)
             try:
                 await server.start()
             except OSError as exc:
@@ -58,4 +83,6 @@ class ExporterProgram:
             await server.stop()
             log.info("exporter stopped")
         finally:
+            if client is not None:
+                await client.close()
             nvml.close()

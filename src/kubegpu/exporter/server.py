@@ -28,10 +28,12 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from kubegpu.base.loader import excerpt
-from kubegpu.exporter import dra
+from kubegpu.exporter import dra, isolation
 from kubegpu.exporter.collector import Collector, Snapshot
 from kubegpu.exporter.counters import CounterSet, load_counters
+from kubegpu.exporter.poddirectory import PodDirectory
 from kubegpu.exporter.pods import PodResourcesClient, PodResourcesError, attribute
+from kubegpu.exporter.processes import ProcCgroups, usage_by_pod
 from kubegpu.exporter.request_head import STREAM_LIMIT, HttpError, Request, read_request
 from kubegpu.exporter.xid import XidTracker
 from kubegpu.kube.kubelet import POD_RESOURCES_SOCKET
@@ -111,6 +113,10 @@ class ExporterConfig:
     enable_dra: bool = False  # DRA claims' devices, with dra_* labels (needs kubernetes)
     nvidia_resource_names: tuple[str, ...] = ()
     xid_poll_s: float = 1.0
+    # per-pod attribution of GPU processes and the pods' isolation (needs kubernetes, a pod
+    # directory from the API server and the host's /proc at proc_root)
+    process_metrics: bool = False
+    proc_root: Path = Path("/proc")
 
 
 class _GpuUp:
@@ -146,9 +152,16 @@ class _GpuUp:
 class Exporter:
     """The exporter, in-process: `await run()` serves until `stop()`; also `async with`."""
 
-    def __init__(self, config: ExporterConfig, nvml: Nvml) -> None:
+    def __init__(
+        self, config: ExporterConfig, nvml: Nvml, pod_directory: PodDirectory | None = None
+    ) -> None:
+        """`pod_directory`: the node's pods from the API server, for per-process attribution
+        and the isolation metrics (`process_metrics`); without it neither is exported."""
         self.config = config
         self.nvml = nvml
+        attributing = config.process_metrics and config.kubernetes and pod_directory is not None
+        self.pod_directory = pod_directory if attributing else None
+        self.owners = ProcCgroups(config.proc_root)
         self.counters = config.counters or load_counters()
         self.xids = XidTracker(nvml, config.xid_poll_s)
         self.collector = Collector(
@@ -158,6 +171,7 @@ class Exporter:
             no_hostname=config.no_hostname,
             replace_blanks_in_model_name=config.replace_blanks_in_model_name,
             xids=self.xids,
+            read_processes=self.pod_directory is not None,
         )
         self.pod_resources = (
             PodResourcesClient(
@@ -218,7 +232,21 @@ class Exporter:
                         keys = frozenset(e.key for e in entities)
                         index = dra.read_index(self.nvml, {k[1] for k in keys})
                         pods = dra.merge(pods, dra.attribute_claims(held.claims, index, keys))
-            text = self.collector.render(snap, pods, virtual_gpus=self.config.virtual_gpus)
+            usage = None
+            directory = self.pod_directory
+            if directory is not None and pods is not None:
+                by_uid = {uid: (m.namespace, m.name) for uid, m in directory.by_uid.items()}
+                usage = usage_by_pod(
+                    [r.processes for r in snap.gpus if r.processes is not None],
+                    frozenset(e.key for e in self.collector.entities(snap)),
+                    self.owners.pod_uid,
+                    by_uid,
+                )
+            text = self.collector.render(
+                snap, pods, virtual_gpus=self.config.virtual_gpus, usage=usage
+            )
+            if directory is not None:
+                text += isolation.render(directory.by_uid.values(), self.collector.hostname)
             return text.encode() + generate_latest(self.registry)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -327,6 +355,8 @@ class Exporter:
         if method not in ("GET", "HEAD"):
             return "405 Method Not Allowed", {"Allow": "GET, HEAD"}, b""
         if path == "/metrics":
+            if self.pod_directory is not None:
+                await self.pod_directory.refresh()
             try:
                 body = await asyncio.to_thread(self.scrape)
             except Exception as exc:  # a bug, not a device: say so rather than hang up

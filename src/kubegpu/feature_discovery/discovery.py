@@ -35,6 +35,7 @@ from kubegpu.node.config import NodeConfig
 from kubegpu.node.overrides import OverrideError, config_overrides
 from kubegpu.node.runtime import ComponentError
 from kubegpu.nvml import Nvml, NvmlError
+from kubegpu.sharing import isolation
 from kubegpu.sharing.config import (
     PluginConfig,
     SharingConfigError,
@@ -252,7 +253,8 @@ class FeatureDiscovery:
             return compute_labels([], settings.config, SystemFacts("", (0, 0)), timestamp=timestamp)
         gpus = read_gpus(self._nvml)
         system = read_system(self._nvml, settings.machine_type_file, self.options.sysfs_root)
-        return compute_labels(gpus, settings.config, system, timestamp=timestamp)
+        labels = compute_labels(gpus, settings.config, system, timestamp=timestamp)
+        return labels | isolation.node_labels(gpus, settings.config)
 
     async def label_once(self) -> dict[str, str]:
         """Compute and write the labels once; errors propagate."""

@@ -288,6 +288,10 @@ class HpcJobMappingSpec(_Model):
     directory: str | None = None
 
 
+PROCESS_METRICS_ENV = "KUBEGPU_EXPORTER_PROCESS_METRICS"
+TRUE_WORDS = ("1", "true", "t", "yes", "y", "on")
+
+
 class DCGMExporterSpec(ComponentSpec):
     annotations: dict[str, str] | None = Field(None, description="Added to the exporter's pods.")
     config: ConfigMapRef | None = Field(None, description="ConfigMap with dcgm-metrics.csv.")
@@ -298,6 +302,15 @@ class DCGMExporterSpec(ComponentSpec):
     enablePodLabels: bool | None = None
     enablePodUID: bool | None = None
     podLabelAllowlistRegex: list[str] | None = None
+
+    def process_metrics(self) -> bool:
+        """kubegpu's per-pod process attribution, asked for through the exporter's env
+        (`KUBEGPU_EXPORTER_PROCESS_METRICS=true`): the operand then reads the host's /proc
+        and the node's pods (docs/exporter.md)."""
+        return any(
+            name == PROCESS_METRICS_ENV and value.strip().lower() in TRUE_WORDS
+            for name, value in self.env_pairs()
+        )
 
 
 class GPUFeatureDiscoverySpec(ComponentSpec):

@@ -1,7 +1,8 @@
 """MPS backends: what starting and stopping an MPS control daemon does on this node.
 
 `SystemMps` runs `nvidia-smi` and `nvidia-cuda-mps-control` on a real node; `RecordingMps`
-(simulated nodes) writes the limits a real daemon would set to `<dir>/limits.json`. Which
+(simulated nodes) writes the limits a real daemon would set to `<dir>/limits.json`. A MIG
+instance's daemon (`MpsResource.instance`) sees only that instance (CUDA_VISIBLE_DEVICES). Which
 one a node uses comes with its GPU backend (`kubegpu.node.gpus`), never from a test switch.
 """
 
@@ -21,9 +22,11 @@ LIMITS_FILE = "limits.json"
 
 
 def commands(resource: MpsResource) -> list[str]:
-    """What is sent to nvidia-cuda-mps-control for this resource."""
+    """What is sent to nvidia-cuda-mps-control for this resource. A MIG instance's daemon
+    sees only its instance (CUDA_VISIBLE_DEVICES), which is its device 0."""
     out = [
-        f"set_default_device_pinned_mem_limit {limit.gpu} {limit.pinned_memory_mib}M"
+        f"set_default_device_pinned_mem_limit "
+        f"{0 if resource.instance else limit.gpu} {limit.pinned_memory_mib}M"
         for limit in resource.limits
     ]
     out.append(f"set_default_active_thread_percentage {resource.active_thread_percentage}")
@@ -42,8 +45,10 @@ class RecordingMps:
     def start(self, resource: MpsResource, directory: Path) -> None:
         record = {
             "resource": resource.resource,
-            "computeMode": "EXCLUSIVE_PROCESS",
+            "computeMode": "DEFAULT" if resource.instance else "EXCLUSIVE_PROCESS",
             "pipeDirectory": str(directory / "pipe"),
+            "logDirectory": str(directory / "log"),
+            "migInstance": resource.instance,
             "defaultActiveThreadPercentage": resource.active_thread_percentage,
             "devices": [
                 {
@@ -52,6 +57,9 @@ class RecordingMps:
                     "replicas": limit.replicas,
                     "pinnedDeviceMemoryLimitMiB": limit.pinned_memory_mib,
                     "activeThreadPercentage": limit.active_thread_percentage,
+                    "multiprocessors": limit.multiprocessors,
+                    "clientMultiprocessors": limit.client_multiprocessors,
+                    "migProfile": limit.mig_profile,
                 }
                 for limit in resource.limits
             ],
@@ -72,36 +80,43 @@ class SystemMps:
         self.control = control
         self.smi = smi
 
-    def _env(self, directory: Path) -> dict[str, str]:
-        return {
+    def _env(self, directory: Path, resource: MpsResource) -> dict[str, str]:
+        env = {
             **os.environ,
             nvidia.CUDA_MPS_PIPE_DIRECTORY: str(directory / "pipe"),
             nvidia.CUDA_MPS_LOG_DIRECTORY: str(directory / "log"),
         }
+        if resource.instance:  # the daemon of one MIG instance sees that instance only
+            env[nvidia.CUDA_VISIBLE_DEVICES] = resource.instance
+        return env
 
-    def _send(self, directory: Path, line: str) -> None:
+    def _send(self, directory: Path, resource: MpsResource, line: str) -> None:
         subprocess.run(
             [self.control],
             input=line + "\n",
             text=True,
-            env=self._env(directory),
+            env=self._env(directory, resource),
             check=True,
             timeout=30,
         )
 
     def start(self, resource: MpsResource, directory: Path) -> None:
-        for limit in resource.limits:
+        # The compute mode belongs to the whole GPU: a MIG instance's daemon leaves it alone,
+        # as the MIG user guide's MPS example does, so the other instances are untouched.
+        for limit in () if resource.instance else resource.limits:
             subprocess.run(
                 [self.smi, "-i", limit.uuid, "-c", "EXCLUSIVE_PROCESS"], check=True, timeout=60
             )
-        subprocess.run([self.control, "-d"], env=self._env(directory), check=True, timeout=60)
+        subprocess.run(
+            [self.control, "-d"], env=self._env(directory, resource), check=True, timeout=60
+        )
         for line in commands(resource):
-            self._send(directory, line)
+            self._send(directory, resource, line)
 
     def stop(self, resource: MpsResource, directory: Path) -> None:
         with contextlib.suppress(subprocess.SubprocessError, OSError):
-            self._send(directory, "quit")
-        for limit in resource.limits:
+            self._send(directory, resource, "quit")
+        for limit in () if resource.instance else resource.limits:
             with contextlib.suppress(subprocess.SubprocessError, OSError):
                 subprocess.run(
                     [self.smi, "-i", limit.uuid, "-c", "DEFAULT"], check=True, timeout=60

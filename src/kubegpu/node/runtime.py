@@ -19,6 +19,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Protocol, runtime_checkable
 
 log = logging.getLogger(__name__)
@@ -88,12 +89,24 @@ def print_error(message: str) -> None:
         print(f"error: {line}", file=sys.stderr, flush=True)
 
 
+# A host that runs components inside its own event loop (the simulator's in-process pods,
+# kubegpu.sim.inprocess) sets this: `run()` then hands it `make` and returns 0 at once,
+# so the command's flag and env parsing is the same code in a pod process and in-process.
+HOST: ContextVar[Callable[[Callable[[], Component]], None] | None] = ContextVar(
+    "kubegpu_component_host", default=None
+)
+
+
 def run(make: Callable[[], Component], *, log_level: str = "info") -> int:
     """Run the component `make()` builds until it finishes or is stopped; the exit status.
 
     `make` is called inside the event loop, so it may create asyncio objects and clients;
     a `ComponentError` it raises is reported like one from `run()`.
     """
+    host = HOST.get()
+    if host is not None:
+        host(make)
+        return 0
     setup_logging(log_level)
     received: list[int] = []
     try:

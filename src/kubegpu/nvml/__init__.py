@@ -29,6 +29,7 @@ from kubegpu.nvml.types import (
     MigMode,
     Placement,
     ProcessInfo,
+    ProcessUtilization,
     SystemInfo,
     Utilization,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "NvmlError",
     "Placement",
     "ProcessInfo",
+    "ProcessUtilization",
     "SpecError",
     "SystemInfo",
     "Utilization",

@@ -32,6 +32,7 @@ from kubegpu.nvml.types import (
     NvLinkThroughput,
     Placement,
     ProcessInfo,
+    ProcessUtilization,
     RemappedRows,
     SystemInfo,
     Utilization,
@@ -73,7 +74,14 @@ class Nvml(ABC):
     def utilization(self, index: int) -> Utilization: ...
 
     @abstractmethod
-    def processes(self, index: int) -> list[ProcessInfo]: ...
+    def processes(self, index: int) -> list[ProcessInfo]:
+        """The GPU's running compute processes and the framebuffer each holds
+        (nvmlDeviceGetComputeRunningProcesses); on MIG, each names its instances."""
+
+    def process_utilization(self, index: int) -> list[ProcessUtilization]:
+        """Per-process utilisation samples (nvmlDeviceGetProcessUtilization); empty when no
+        process ran lately. NotSupported where the GPU gives none (MIG mode, older GPUs)."""
+        raise NotSupported("per-process utilization")
 
     # -- MIG mode -------------------------------------------------------------------
     @abstractmethod

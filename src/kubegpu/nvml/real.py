@@ -37,6 +37,7 @@ from kubegpu.nvml.types import (
     NvLinkThroughput,
     Placement,
     ProcessInfo,
+    ProcessUtilization,
     RemappedRows,
     SystemInfo,
     TopologyLevel,
@@ -178,6 +179,25 @@ class RealNvml(Nvml):
                 )
             )
         return out
+
+    def process_utilization(self, index: int) -> list[ProcessUtilization]:
+        """Every sample the driver buffered (timestamp 0); the latest per process wins.
+        NVML answers NotFound when no process ran lately: that is no sample, not an error."""
+        try:
+            samples = pynvml.nvmlDeviceGetProcessUtilization(self._handle(index), 0)
+        except pynvml.NVMLError as exc:
+            if int(exc.value) == errors.NotFound.code:
+                return []
+            raise errors.error_for_code(int(exc.value), str(exc)) from None
+        latest: dict[int, Any] = {}
+        for s in samples:
+            pid = int(s.pid)
+            if pid not in latest or int(s.timeStamp) >= int(latest[pid].timeStamp):
+                latest[pid] = s
+        return [
+            ProcessUtilization(pid, int(s.smUtil), int(s.memUtil), int(s.encUtil), int(s.decUtil))
+            for pid, s in sorted(latest.items())
+        ]
 
     # -- MIG mode -----------------------------------------------------------------------
     def mig_mode(self, index: int) -> MigMode:

@@ -137,6 +137,18 @@ class ProcessInfo:
     compute_instance_id: int | None = None
 
 
+@dataclass(frozen=True)
+class ProcessUtilization:
+    """One process's share of a GPU over the last sample period
+    (nvmlDeviceGetProcessUtilization: percent of the GPU's SMs, memory bandwidth, engines)."""
+
+    pid: int
+    sm_percent: int
+    memory_percent: int
+    encoder_percent: int = 0
+    decoder_percent: int = 0
+
+
 class EventType(Enum):
     XID = "xid"  # nvmlEventTypeXidCriticalError
     GPU_LOST = "gpu-lost"  # the GPU fell off the bus (reported with Xid 79)

@@ -9,7 +9,8 @@ marks the world dirty; the loop debounces and runs `reconcile_once()`, which:
    `gpu-cluster` (`gpucluster.choose`); the others get `ignored` with a condition saying
    which one is active, and the active one reports the conflict while they exist;
 2. labels the GPU nodes (`labels.label_changes`, or `gpucluster.dra_label_changes` under
-   a GPUCluster), patching only nodes that need it;
+   a GPUCluster), patching only nodes that need it, up to `label_concurrency` patches in
+   flight at once (1,000 new nodes cost 1,000 patches, but not 1,000 round trips in a row);
 3. renders the desired objects and applies, under one field manager, only those whose
    hash differs from the live object's `nvidia.com/last-applied-hash`;
 4. deletes owned objects that are no longer desired (disabled components);
@@ -130,6 +131,7 @@ class OperatorConfig:
     renew_s: float = 60.0  # watch renewal; liveness fails after 3x without contact
     debounce_s: float = 0.05
     retry_max_s: float = 3.0
+    label_concurrency: int = 32  # node label patches in flight at once
 
 
 class Api:
@@ -138,6 +140,8 @@ class Api:
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
         self.counts: Counter[str] = Counter()
+        self.label_patches_in_flight = 0
+        self.peak_label_patches_in_flight = 0  # >1: labelling ran in parallel
 
     def count(self, verb: str) -> None:
         self.counts[verb] += 1
@@ -169,9 +173,16 @@ class Api:
 
     async def label_node(self, name: str, patch: Mapping[str, str | None]) -> Obj:
         self.count("patch")
-        result = await self.client.patch(
-            Node, name, {"metadata": {"labels": dict(patch)}}, patch_type=PatchType.MERGE
+        self.label_patches_in_flight += 1
+        self.peak_label_patches_in_flight = max(
+            self.peak_label_patches_in_flight, self.label_patches_in_flight
         )
+        try:
+            result = await self.client.patch(
+                Node, name, {"metadata": {"labels": dict(patch)}}, patch_type=PatchType.MERGE
+            )
+        finally:
+            self.label_patches_in_flight -= 1
         out: Obj = result.to_dict()
         return out
 
@@ -428,16 +439,29 @@ class Operator:
     async def _label_nodes(
         self, changes: Callable[[dict[str, str]], Mapping[str, str | None]]
     ) -> None:
-        for node in self.nodes.items():
-            patch = changes(_labels(node))
-            if patch:
-                name = node["metadata"]["name"]
-                log.info("node %s: labels %s", name, patch)
+        patches = node_labels.node_patches(
+            {n["metadata"]["name"]: _labels(n) for n in self.nodes.items()}, changes
+        )
+        if not patches:
+            return
+        gate = asyncio.Semaphore(max(1, self.config.label_concurrency))
+
+        async def label(name: str, patch: Mapping[str, str | None]) -> None:
+            async with gate:
+                log.info("node %s: labels %s", name, dict(patch))
                 try:
                     self.nodes.store(await self.api.label_node(name, patch))
                 except ApiError as exc:
                     if exc.status.code != 404:  # a node deleted meanwhile is no error
                         raise
+
+        # every patch runs to its end before a failure is raised: none is left half-sent
+        results = await asyncio.gather(
+            *(label(name, patch) for name, patch in patches.items()), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def _apply(self, rendered: Rendered) -> list[str]:
         errors: list[str] = []

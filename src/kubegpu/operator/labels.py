@@ -19,7 +19,7 @@ node is already right. Rules (gpu-operator.md §3):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from kubegpu.catalog import nvidia
 from kubegpu.kube.policy import ClusterPolicySpec
@@ -117,6 +117,20 @@ def label_changes(labels: Mapping[str, str], spec: ClusterPolicySpec) -> Patch:
     ):
         patch[MIG_CONFIG] = "all-disabled"
     return patch
+
+
+def node_patches(
+    nodes: Mapping[str, Mapping[str, str]],
+    changes: Callable[[dict[str, str]], Mapping[str, str | None]],
+) -> dict[str, Mapping[str, str | None]]:
+    """Node name -> label patch, for the nodes whose labels `changes` would change; the
+    operator sends them together (never one round trip after the other)."""
+    out: dict[str, Mapping[str, str | None]] = {}
+    for name, labels in nodes.items():
+        patch = changes(dict(labels))
+        if patch:
+            out[name] = patch
+    return out
 
 
 def relevant_labels(labels: Mapping[str, str]) -> dict[str, str]:

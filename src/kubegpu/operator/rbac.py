@@ -62,7 +62,10 @@ def operand_rbac(state: str, spec: ClusterPolicySpec) -> OperandRbac:
                 [rule("", ["pods"], ["create", *READ, "delete"])],
             )
         case "state-device-plugin":
-            return OperandRbac("nvidia-device-plugin", [NODES_READ, EVENTS_CREATE])
+            # annotates each GPU pod with the isolation it got (a merge patch, nothing read)
+            return OperandRbac(
+                "nvidia-device-plugin", [NODES_READ, EVENTS_CREATE, rule("", ["pods"], ["patch"])]
+            )
         case "state-mps-control-daemon":
             return OperandRbac("nvidia-mps-control-daemon", [NODES_READ, EVENTS_CREATE])
         case "state-dcgm":
@@ -70,7 +73,7 @@ def operand_rbac(state: str, spec: ClusterPolicySpec) -> OperandRbac:
         case "state-dcgm-exporter":
             e = spec.dcgmExporter
             rules = [NODES_READ]
-            if e.enablePodLabels or e.enablePodUID:
+            if e.enablePodLabels or e.enablePodUID or e.process_metrics():
                 rules.append(rule("", ["pods"], READ))
             return OperandRbac("nvidia-dcgm-exporter", rules)
         case "gpu-feature-discovery":

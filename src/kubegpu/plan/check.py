@@ -8,12 +8,16 @@ the resources the workloads request, in the numbers they need. The operator's He
 are read back too: the ConfigMaps and defaults they name must exist, and their
 `mig.strategy` (which the operator hands every plugin as MIG_STRATEGY, over the config
 file) must leave each MIG node the strategy the plan gives it.
+
+With `api="dra"` the device-plugin files give way to the DRA files (`plan.check_dra`): the
+DeviceClasses, claims and pod groups against the plan; the mig-parted config is checked
+for both.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -23,9 +27,17 @@ from kubegpu.mig.config import parse_config as parse_mig_config
 from kubegpu.mig.geometry import LayoutError, PlacedInstance, validate_layout
 from kubegpu.mig.targets import NodeGpu, plan_node
 from kubegpu.plan import rules
+from kubegpu.plan.check_dra import check_dra
 from kubegpu.plan.emit import render
 from kubegpu.plan.inputs import PlanInput, Workload
-from kubegpu.plan.result import SHARED_RESOURCE, NodePlan, Plan, WorkloadPlan
+from kubegpu.plan.result import (
+    SHARED_RESOURCE,
+    NodePlan,
+    Plan,
+    WorkloadPlan,
+    model_resource,
+    shared_resource,
+)
 from kubegpu.sharing.config import SHARED_SUFFIX, SharingConfigError
 from kubegpu.sharing.config import parse_config as parse_plugin_config
 from kubegpu.sharing.devices import (
@@ -40,7 +52,10 @@ from kubegpu.sharing.devices import (
 VALUES_FILE = "clusterpolicy-values.yaml"
 
 
-def check_plan(inp: PlanInput, plan: Plan) -> list[str]:
+def check_plan(
+    inp: PlanInput, plan: Plan, api: Literal["device-plugin", "dra"] = "device-plugin"
+) -> list[str]:
+    """Every problem of `plan` and of the files `kubegpu plan --api <api>` writes for it."""
     problems: list[str] = []
     workloads = {w.name: w for w in inp.workloads}
     nodes = {n.name: n for n in plan.nodes}
@@ -59,11 +74,16 @@ def check_plan(inp: PlanInput, plan: Plan) -> list[str]:
         for name in wp.nodes:
             n = nodes[name]
             problems += _check_on_node(w, wp.method, wp.profile, n)
+        problems += _one_name(wp, nodes)
     drivers = _drivers(inp)
     for n in plan.nodes:
         driver = drivers.get(n.bought or n.name)
         problems += _check_node(n, {name: workloads[name] for name in n.workloads}, plan, driver)
-    problems += _check_files(plan, workloads)
+    if api == "dra":
+        problems += _check_files(plan, workloads, device_plugin=False)
+        problems += check_dra(plan, workloads)
+    else:
+        problems += _check_files(plan, workloads)
     return problems
 
 
@@ -95,6 +115,24 @@ def _check_on_node(w, method: str, profile: str | None, n: NodePlan) -> list[str
                         f"{where}: {n.replicas} replicas per {g.model} leave it less than it needs (at most {fit})"
                     )
     return out
+
+
+def _one_name(wp: WorkloadPlan, nodes: dict[str, NodePlan]) -> list[str]:
+    """A workload's pods request one resource name: where a node names each model's GPUs
+    apart, the replicas must sit on the one model that name stands for."""
+    if not any(nodes[n].renamed for n in wp.nodes) or not wp.models:
+        return []
+    named = [m for m in wp.models for res in wp.resources if res in _model_names(m)]
+    if len(wp.models) > 1 or not named:
+        return [
+            f"{wp.name}: its replicas sit on {', '.join(wp.models)} GPUs, which a node with "
+            f"several models names apart, and its pods request {', '.join(wp.resources)}"
+        ]
+    return []
+
+
+def _model_names(model: str) -> tuple[str, str]:
+    return model_resource(model), shared_resource(model)
 
 
 def _drivers(inp: PlanInput) -> dict[str, str | None]:
@@ -245,7 +283,11 @@ def _enforceable(
     return out
 
 
-def _check_files(plan: Plan, workloads: dict[str, Workload]) -> list[str]:
+def _check_files(
+    plan: Plan, workloads: dict[str, Workload], device_plugin: bool = True
+) -> list[str]:
+    """The mig-parted config gives each node its layout; with `device_plugin`, the Helm
+    values and the device-plugin configs give each node's workloads what they request."""
     out: list[str] = []
     files = render(plan)
     try:
@@ -259,7 +301,8 @@ def _check_files(plan: Plan, workloads: dict[str, Workload]) -> list[str]:
     dp_cm = dp_doc["data"]
     mig_names = set(yaml.safe_load(files["mig-parted-config.yaml"])["mig-configs"])
     problems, forced = check_values(yaml.safe_load(files[VALUES_FILE]), dp_doc, cm, mig_names)
-    out += problems
+    if device_plugin:
+        out += problems
     # the operator sets MIG_STRATEGY on every plugin from mig.strategy; it beats the file
     overrides = {"MIG_STRATEGY": forced} if forced else None
     wp_by = {w.name: w for w in plan.workloads}
@@ -288,6 +331,8 @@ def _check_files(plan: Plan, workloads: dict[str, Workload]) -> list[str]:
                     out.append(
                         f"{n.name}: GPU {g.index}: mig-parted config {n.mig_config} does not give its layout"
                     )
+        if not device_plugin:
+            continue
         text = dp_cm.get(n.device_plugin_config)
         if text is None:
             out.append(f"{n.name}: device-plugin config {n.device_plugin_config} missing")

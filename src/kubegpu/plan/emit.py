@@ -9,16 +9,23 @@
 - `clusterpolicy-values.yaml`: the GPU operator's Helm values that point at both;
 - `label-nodes.sh`: `kubectl label` commands that select each node's configs;
 - `plan.json`: the whole plan for tools.
+
+With `--api dra` (`render_dra`): `dra/deviceclasses.yaml`, `dra/claims.yaml` (templates and
+shared claims), `dra/pod-groups.yaml` (which pods use which claim, on which node), the
+mig-parted config and `apply-mig.sh` where the plan has MIG, and `plan.json` (plan.dra).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
 from kubegpu.catalog import get_model, nvidia
+from kubegpu.plan.dra import POD_CLAIM, claim_objects, dra_plan, pod_groups
+from kubegpu.plan.inputs import Workload
 from kubegpu.plan.result import MPS_ROOT, NodePlan, Plan, model_resource, plan_json
 from kubegpu.sharing.devices import GPU_RESOURCE
 
@@ -185,5 +192,72 @@ def render(plan: Plan) -> dict[str, str]:
         pairs = " ".join(f"{k}={v}" for k, v in sorted(n.labels.items()))
         lines.append(f"kubectl label node {n.name} --overwrite {pairs}")
     files["label-nodes.sh"] = "\n".join(lines) + "\n"
+    files["plan.json"] = json.dumps(plan_json(plan), indent=2) + "\n"
+    return files
+
+
+DRA_FILES = (
+    "dra/deviceclasses.yaml",
+    "dra/claims.yaml",
+    "dra/pod-groups.yaml",
+)
+
+
+def _yaml_docs(objects: list[dict[str, Any]]) -> str:
+    return "---\n".join(yaml.safe_dump(o, sort_keys=False, width=1000) for o in objects)
+
+
+def render_dra(plan: Plan, workloads: Mapping[str, Workload]) -> dict[str, str]:
+    """`kubegpu plan --api dra`: the plan as DeviceClasses, ResourceClaimTemplates and shared
+    ResourceClaims, which pods use which claim, and the MIG layouts that must exist first.
+    No device-plugin config or ClusterPolicy values: a GPUCluster's DRA plugin serves the
+    nodes. Raises DraPlanError where DRA cannot express a decision of the plan."""
+    dp = dra_plan(plan, workloads)
+    mig_configs, _dp_configs = assign_configs(plan)
+    for n in plan.nodes:  # no device plugin and no MIG manager read labels here
+        n.device_plugin_config = ""
+        n.labels = {}
+        # the DRA plugin runs MPS per claim: the device plugin's MPS prerequisite is not one
+        n.prerequisites = [p for p in n.prerequisites if not p.startswith("MPS: ")]
+    files: dict[str, str] = {}
+    notes = "".join(f"# - {n}\n" for n in dp.notes)
+    files["dra/deviceclasses.yaml"] = (
+        "# The DeviceClasses the claims use (as deploy/dra/deviceclasses.yaml; a GPUCluster\n"
+        "# installs them too). Written by `kubegpu plan --api dra`.\n" + _yaml_docs(dp.classes())
+    )
+    files["dra/claims.yaml"] = (
+        "# ResourceClaimTemplates (one claim per pod) and shared ResourceClaims (one per shared\n"
+        "# GPU, used by the pods in its kubegpu.dev/planned-pods annotation), written by\n"
+        "# `kubegpu plan --api dra`. Apply in the workloads' namespace.\n"
+        + notes
+        + _yaml_docs(claim_objects(dp))
+    )
+    files["dra/pod-groups.yaml"] = (
+        "# Which pods use which claim: put each group's `spec` fields in those pods' spec (one\n"
+        "# Deployment or StatefulSet per group) and list the claim in every container that\n"
+        f"# uses the GPU: resources.claims: [{{name: {POD_CLAIM}}}].\n"
+        + yaml.safe_dump(pod_groups(dp), sort_keys=False, width=1000, default_flow_style=None)
+    )
+    if any(n.mig_config not in (None, ALL_DISABLED) for n in plan.nodes):
+        files["mig-parted-config.yaml"] = yaml.safe_dump(
+            {"version": "v1", "mig-configs": mig_configs}, sort_keys=False
+        )
+        lines = [
+            "#!/bin/sh",
+            "# Apply this node's MIG layout (static MIG: its claims need the MIG devices to",
+            "# exist; a GPUCluster runs no MIG manager). Run it on each node, drained, before",
+            "# the pods. Written by `kubegpu plan --api dra`.",
+            "set -eu",
+            'here=$(dirname "$0")',
+            'case "${NODE_NAME:-$(hostname)}" in',
+        ]
+        for n in sorted(plan.nodes, key=lambda n: n.name):
+            if n.mig_config is not None:
+                lines.append(
+                    f'  {n.name}) exec kubegpu mig apply -f "$here/mig-parted-config.yaml" '
+                    f"-c {n.mig_config} ;;"
+                )
+        lines += ['  *) echo "no MIG layout in this plan for this node" >&2; exit 1 ;;', "esac"]
+        files["apply-mig.sh"] = "\n".join(lines) + "\n"
     files["plan.json"] = json.dumps(plan_json(plan), indent=2) + "\n"
     return files

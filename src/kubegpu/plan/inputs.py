@@ -36,7 +36,7 @@ options:
   solver: auto                # auto | exact | heuristic
   mig_strategy: auto          # auto (single where a node allows it) | mixed
   allow_unconfirmed_mig: false
-  time_limit: 30              # seconds for the exact solver
+  time_limit: 30              # CPU seconds for the exact solver (wall clock: at most 4x)
 description: ...              # optional free text (and `expect:`, read only by the test corpus)
 ```
 

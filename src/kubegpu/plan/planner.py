@@ -22,6 +22,9 @@ MAX_EXTRA_NODES = 256
 SUGGEST_BUDGET_S = 10.0
 # Cards tried, smallest first, for a workload no card in the fleet can serve.
 MAX_CARDS_TRIED = 12
+# Plans made at most for one input: the first; one with the workloads that sat on several
+# GPU models (where names are per model) held to one model; one with every workload held.
+MODEL_ROUNDS = 3
 
 
 def make_plan(
@@ -32,16 +35,40 @@ def make_plan(
     suggest: bool = True,
 ) -> Plan:
     rep = reporter or PlanReporter()
-    provider = GpuProvider(inp, rep)
     method = solver or inp.options.solver
-    problem, sol = core.solve(provider, rep, method=method, time_limit=inp.options.time_limit)
-    plan = build_plan(provider, problem, sol, rep)
+    one_model: frozenset[str] = frozenset()
+    for attempt in range(MODEL_ROUNDS):
+        provider = GpuProvider(inp, rep, one_model)
+        problem, sol = core.solve(provider, rep, method=method, time_limit=inp.options.time_limit)
+        plan = build_plan(provider, problem, sol, rep)
+        if not plan.split or attempt == MODEL_ROUNDS - 1:
+            break
+        # a pod requests one resource name, and a node with several models names each
+        # model's GPUs apart: the workloads that sit on several models are planned again,
+        # held to one model each (the last round holds every workload that could split)
+        if attempt + 2 < MODEL_ROUNDS:
+            one_model |= frozenset(plan.split)
+        else:
+            one_model = frozenset(w.name for w in inp.workloads)
+        rep.reset()
+    if one_model:
+        rep.note(
+            "plan",
+            "",
+            f"held to one GPU model each (their pods request one resource name): "
+            f"{', '.join(sorted(one_model))}",
+        )
     assign_configs(plan)
     servable = {problem.demands[d].key for d, _o in problem.offered()}
     deadline = time.monotonic() + SUGGEST_BUDGET_S if suggest else None
     left = [wp for wp in plan.workloads if wp.left]
     for wp in left:
-        _explain_leftover(inp, provider, wp, rep, deadline, wp.name in servable)
+        _explain_leftover(inp, provider, wp, rep, deadline, wp.name in servable, plan.optimal)
+        if wp.name in one_model and wp.name in servable:
+            wp.left_reason += (
+                " (held to one GPU model: a node with several models names each model's GPUs "
+                "apart, and its pods request one name)"
+            )
     if deadline is None or not left:
         return plan
     # then the dearer search (the whole fleet again) for looser isolation, while time is left
@@ -92,15 +119,22 @@ def _explain_leftover(
     rep: PlanReporter,
     deadline: float | None,
     servable: bool,
+    proven: bool,
 ) -> None:
     """Why replicas are left over and, until `deadline` (None: no search), what would fit
-    them."""
+    them. "Not enough room" only from a plan proven optimal: a search stopped early (or the
+    heuristic alone) may have missed a plan that places them."""
     w = provider.workloads[wp.name]
     subject = f"workload {w.name}"
     if not servable:
         wp.left_reason = f"no card in the fleet can serve it: {_why_no_card(provider, w)}"
-    else:
+    elif proven:
         wp.left_reason = f"not enough room: {wp.left} of {wp.replicas} replicas do not fit"
+    else:
+        wp.left_reason = (
+            "not placed, but not proven not to fit: the search stopped at its budget before "
+            "proving the plan optimal, and a plan that places them may exist"
+        )
     rep.note(subject, "", wp.left_reason)
     if deadline is None:
         return

@@ -122,16 +122,26 @@ def maximal_mixes(
 class GpuProvider:
     """Implements the core's Provider protocol for a fleet and its workloads."""
 
-    def __init__(self, inp: PlanInput, reporter: PlanReporter | None = None) -> None:
+    def __init__(
+        self,
+        inp: PlanInput,
+        reporter: PlanReporter | None = None,
+        one_model: frozenset[str] = frozenset(),
+    ) -> None:
         self.inp = inp
+        # workloads whose full-GPU replicas (whole or shared) must all sit on one GPU model:
+        # their options are split per model (`whole@l4`), one of which the solver chooses
+        self.one_model = one_model
         self.rep = reporter or PlanReporter()
         self.workloads = {w.name: w for w in inp.workloads}
+        self._shape = {w.name: _shape(w) for w in inp.workloads}
         self.nodes: list[Node] = self._fleet() + self._candidates()
         self._by_key = {n.name: n for n in self.nodes}
         self.methods = {w.name: self._methods(w) for w in inp.workloads}
         self._check_nodes()
         self.representatives = list({n.cls: n for n in reversed(self.nodes)}.values())[::-1]
         self._slot_sizes: dict[str, float] = {}
+        self._uses: dict[tuple[tuple[object, ...], str, str], tuple[Use, ...]] = {}
         self.mig_profiles = self._mig_options()
         self._demanded = frozenset(p for ps in self.mig_profiles.values() for p in ps)
         # nodes of one class are alike: their replica choices and bins are computed once
@@ -253,20 +263,14 @@ class GpuProvider:
     def _mig_options(self) -> dict[str, list[str]]:
         """Per workload, the MIG profiles (by name) it fits on some node, smallest first."""
         out: dict[str, list[str]] = {}
+        by_shape: dict[tuple[object, ...], tuple[dict[str, float], bool]] = {}
         for w in self.inp.workloads:
             if "mig" not in self.methods[w.name]:
                 continue
-            sizes: dict[str, float] = {}
-            seen_capable = False
-            for node in self.representatives:
-                for model in node.distinct():
-                    if model.mig is None:
-                        continue
-                    seen_capable = True
-                    for name in node.profiles.get(model.id, ()):
-                        p = model.mig.profile(name)
-                        if rules.profile_rejection(w, model, p) is None:
-                            sizes[name] = min(sizes.get(name, 9e9), _slot_size(model, name))
+            known = by_shape.get(self._shape[w.name])
+            if known is None:
+                known = by_shape[self._shape[w.name]] = self._mig_sizes(w)
+            sizes, seen_capable = known
             if not seen_capable:
                 self.rep.refused(w.name, "mig", "mig-capable", "no MIG-capable model in the fleet")
             elif not sizes:
@@ -275,6 +279,22 @@ class GpuProvider:
                 )
             out[w.name] = sorted(sizes, key=lambda n: (sizes[n], n))
         return out
+
+    def _mig_sizes(self, w: Workload) -> tuple[dict[str, float], bool]:
+        """The MIG profiles that hold the workload on some node, by share of a GPU; and
+        whether the fleet has a MIG-capable model at all."""
+        sizes: dict[str, float] = {}
+        seen_capable = False
+        for node in self.representatives:
+            for model in node.distinct():
+                if model.mig is None:
+                    continue
+                seen_capable = True
+                for name in node.profiles.get(model.id, ()):
+                    p = model.mig.profile(name)
+                    if rules.profile_rejection(w, model, p) is None:
+                        sizes[name] = min(sizes.get(name, 9e9), _slot_size(model, name))
+        return sizes, seen_capable
 
     def _replica_choices(self, node: Node) -> dict[str, list[int]]:
         """Replica counts worth offering on this node, per sharing kind, largest first."""
@@ -448,23 +468,25 @@ class GpuProvider:
 
     def demands(self) -> Sequence[Demand]:
         out = []
+        most: dict[tuple[str, tuple[object, ...]], int] = {}  # shared replicas, per shape
         for w in self.inp.workloads:
             options: list[tuple[float, str, float]] = []  # (share of a GPU, option, cost)
+            split = w.name in self.one_model
             for method in self.methods[w.name]:
                 if method == "whole":
-                    options.append((float(w.gpus), "whole", 0.0))
+                    for model in self._models(w, method) if split else [None]:
+                        options.append((float(w.gpus), model_option("whole", model), 0.0))
                 elif method == "mig":
                     for p in self.mig_profiles.get(w.name, []):
                         options.append((self.slot_size(f"mig:{p}"), f"mig:{p}", 0.0))
                 else:
                     kind = "mps" if method == "mps" else "ts"
-                    best = max(
-                        (r for n in self.representatives for r in self.replica_choices[n.name][kind]
-                         if any(r <= rules.replicas_for(w, m) for m in n.distinct())),
-                        default=1,
-                    )  # fmt: skip
+                    best = most.get((kind, self._shape[w.name]))
+                    if best is None:
+                        best = most[kind, self._shape[w.name]] = self._most_replicas(w, kind)
                     cost = MPS_COST if method == "mps" else TIME_SLICING_COST
-                    options.append((1.0 / best, method, cost))
+                    for model in self._models(w, method) if split else [None]:
+                        options.append((1.0 / best, model_option(method, model), cost))
             # smallest share first: the core reads the first option as the likely one
             options.sort(key=lambda o: (o[0], o[2], o[1]))
             weight = self.weight_base * w.gpus * w.priority
@@ -479,12 +501,42 @@ class GpuProvider:
             )
         return out
 
+    def _models(self, w: Workload, method: str) -> list[str]:
+        """The models in the fleet whose full GPUs could hold the workload by `method`."""
+        models = {m.id: m for n in self.representatives for m in n.distinct()}.values()
+        if method == "whole":
+            return sorted(m.id for m in models if rules.whole_rejection(w, m) is None)
+        return sorted(m.id for m in models if rules.replicas_for(w, m) >= 2)
+
+    def _most_replicas(self, w: Workload, kind: str) -> int:
+        """The most replicas per GPU any node offers that still hold the workload."""
+        return max(
+            (r for n in self.representatives for r in self.replica_choices[n.name][kind]
+             if any(r <= rules.replicas_for(w, m) for m in n.distinct())),
+            default=1,
+        )  # fmt: skip
+
     def node(self, name: str) -> Node:
         return self._by_key[name]
 
     def uses(self, demand: Demand, option: str, bin: Bin) -> Sequence[Use]:
         w = self.workloads[demand.key]
         node = self._node_by_bin(bin)
+        # workloads of one shape on nodes of one class are served alike: computed once
+        key = (self._shape[w.name], option, node.cls)
+        found = self._uses.get(key)
+        if found is None:
+            found = self._uses[key] = tuple(self._uses_of(w, option, node))
+        return found
+
+    def _uses_of(self, w: Workload, option: str, node: Node) -> Sequence[Use]:
+        method, model_id = split_option(option)
+        uses = self._method_uses(w, method, node)
+        if model_id is None:
+            return uses
+        return [u for u in uses if slot_model(u.slot) == model_id]
+
+    def _method_uses(self, w: Workload, option: str, node: Node) -> Sequence[Use]:
         out: list[Use] = []
         if option == "whole":
             if w.gpus > 1 and w.nvlink and not node.nvlink:
@@ -533,6 +585,32 @@ class GpuProvider:
             if m.mig is not None and any(p.name == rest for p in m.mig.gpu_instance_profiles)
         ]
         return min(sizes) if sizes else 1.0
+
+
+def model_option(method: str, model: str | None) -> str:
+    """A full-GPU option held to one model (`whole@l4`), or the method itself."""
+    return method if model is None else f"{method}@{model}"
+
+
+def split_option(option: str) -> tuple[str, str | None]:
+    """`whole@l4` -> ("whole", "l4"); `mps` -> ("mps", None); `mig:1g.10gb` as it is."""
+    method, _, model = option.partition("@")
+    return method, model or None
+
+
+def slot_model(slot: str) -> str | None:
+    """The model whose full GPUs a slot is on (`gpu:<model>`, `<ts|mps>:<r>:<model>`)."""
+    kind, _, rest = slot.partition(":")
+    if kind == "gpu":
+        return rest
+    if kind in ("ts", "mps"):
+        return rest.partition(":")[2]
+    return None
+
+
+def _shape(w: Workload) -> tuple[object, ...]:
+    """What the rules read of a workload to decide where its replicas fit."""
+    return (w.gpus, w.nvlink, w.memory_mib, w.compute_fraction, w.compute_sms)
 
 
 def _slot_size(model: GpuModel, profile: str) -> float:

@@ -25,7 +25,9 @@ def describe_option(option: str | None) -> str:
         return "nothing"
     if option.startswith("mig:"):
         return f"MIG {option[4:]}"
-    return {"whole": "whole GPUs", "mps": "MPS", "time-slicing": "time-slicing"}.get(option, option)
+    method, _, model = option.partition("@")
+    text = {"whole": "whole GPUs", "mps": "MPS", "time-slicing": "time-slicing"}.get(method, method)
+    return f"{text} on {model} only" if model else text
 
 
 def describe_pattern(pattern: str) -> str:
@@ -105,6 +107,12 @@ class PlanReporter(BaseReporter):
             "",
             f"objective {solution.objective:.4g} ({proof}{bound}; {solution.note})",
         )
+
+    def reset(self) -> None:
+        """Forget every reason: the plan is made again."""
+        self.reasons.clear()
+        self._seen.clear()
+        self.solver = ""
 
     def by_subject(self) -> dict[str, list[Reason]]:
         out: dict[str, list[Reason]] = {}

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
 
-from kubegpu.catalog import GpuModel
+from kubegpu.catalog import GpuModel, get_model
 from kubegpu.mig.geometry import Layout, place
 from kubegpu.plan import rules
 from kubegpu.plan.core import Placement, Problem, Solution
-from kubegpu.plan.provider import GpuProvider, Node, parse_mix_key
+from kubegpu.plan.inputs import Workload
+from kubegpu.plan.provider import GpuProvider, Node, parse_mix_key, slot_model, split_option
 from kubegpu.plan.reporter import PlanReporter
 from kubegpu.sharing.devices import GPU_RESOURCE, mig_resource_name
 
@@ -76,6 +77,7 @@ class WorkloadPlan:
     nodes: dict[str, int] = field(default_factory=dict)
     left: int = 0
     left_reason: str = ""
+    models: list[str] = field(default_factory=list)  # models of the full GPUs it sits on
     suggestions: list[str] = field(default_factory=list)
 
     @property
@@ -94,6 +96,9 @@ class Plan:
     note: str
     reporter: PlanReporter
     warnings: list[str] = field(default_factory=list)
+    # workloads whose full-GPU replicas sit on several models where names are per model:
+    # one resource name cannot hold them (make_plan plans again with them on one model)
+    split: list[str] = field(default_factory=list)
     gpus_used: int = 0
     cost: float = 0.0  # buy mode: what the bought servers and cards cost
 
@@ -214,6 +219,8 @@ def build_plan(
         o = sol.chosen[d]
         option = dem.options[o] if o is not None else None
         method = None if option is None else ("mig" if option.startswith("mig:") else option)
+        if method is not None:
+            method = split_option(method)[0]  # `whole@l4`: whole GPUs, held to the L4s
         wp = WorkloadPlan(w.name, w.replicas, method)
         if option is not None and option.startswith("mig:"):
             wp.profile = option[4:]
@@ -228,9 +235,16 @@ def build_plan(
     _strategies(nodes, workloads, inp.options.mig_strategy, reporter)
     models_of = _models_used(problem, sol)
     plan_warnings: list[str] = []
-    _rename(nodes, workloads, models_of, plan_warnings)
+    split = _rename(nodes, workloads, models_of, provider.workloads) or []
+    for name in split:
+        plan_warnings.append(
+            f"{name}: its replicas sit on GPUs of several models and a node with several "
+            "models names each model's GPUs apart; its pods request one name, so the plan "
+            "cannot hold them there"
+        )
     for wp in workloads:
         w = provider.workloads[wp.name]
+        wp.models = sorted({m for _node, m in models_of.get(wp.name, ())})
         used = sorted({m for node, m in models_of.get(wp.name, ()) if m in by_name[node].renamed})
         if wp.method == "whole":
             wp.resources = {model_resource(used[0]) if used else GPU_RESOURCE: w.gpus}
@@ -253,6 +267,7 @@ def build_plan(
         reporter,
     )
     plan.warnings += plan_warnings
+    plan.split = split
     plan.gpus_used = sum(1 for n in nodes for g in n.gpus if g.role != "idle")
     plan.cost = sum(n.cost for n in nodes)
     _prerequisites(provider, plan, reporter)
@@ -273,12 +288,8 @@ def _models_used(problem: Problem, sol: Solution) -> dict[str, set[tuple[str, st
     """Per workload, the (node, model) pairs whose full GPUs (whole or shared) it sits on."""
     out: dict[str, set[tuple[str, str]]] = {}
     for pl in sol.placements:
-        kind, _, rest = pl.slot.partition(":")
-        if kind == "gpu":
-            model = rest
-        elif kind in ("ts", "mps"):
-            model = rest.partition(":")[2]
-        else:
+        model = slot_model(pl.slot)
+        if model is None:
             continue
         key = problem.demands[pl.demand].key
         out.setdefault(key, set()).add((problem.bins[pl.bin].key, model))
@@ -289,15 +300,18 @@ def _rename(
     nodes: list[NodePlan],
     workloads: list[WorkloadPlan],
     models_of: dict[str, set[tuple[str, str]]],
-    warnings: list[str],
-) -> None:
-    """Per-model resource names on nodes with several models; a workload that requests one
-    of them requests it everywhere it lands, so the nodes it shares get it too."""
+    specs: dict[str, Workload],
+) -> list[str]:
+    """Per-model resource names on nodes with several models (unless any of its full GPUs
+    holds any of the node's workloads alike); a workload that requests one of them requests
+    it everywhere it lands, so the nodes it shares get it too. Returns the workloads that
+    sit on several models under such names (one name cannot hold them)."""
     by_name = {n.name: n for n in nodes}
+    wp_by = {w.name: w for w in workloads}
     renamed: dict[str, set[str]] = {}
     for n in nodes:
         models = {g.model for g in n.gpus if g.role != "mig"}
-        if len({g.model for g in n.gpus}) > 1:
+        if len({g.model for g in n.gpus}) > 1 and not _alike(n, wp_by, specs):
             renamed[n.name] = models
     changed = True
     while changed:
@@ -311,14 +325,32 @@ def _rename(
                         changed = True
     for name, models in renamed.items():
         by_name[name].renamed = sorted(models)
+    split = []
     for w in workloads:
         models = {m for _node, m in models_of.get(w.name, ())}
         if len(models) > 1 and any(renamed.get(node) for node, _m in models_of.get(w.name, ())):
-            warnings.append(
-                f"{w.name}: its replicas sit on {', '.join(sorted(models))} GPUs and a node with "
-                "several models names each model's GPUs apart; its pods request one name, so "
-                "split it into one workload per model"
-            )
+            split.append(w.name)
+    return split
+
+
+def _alike(n: NodePlan, workloads: dict[str, WorkloadPlan], specs: dict[str, Workload]) -> bool:
+    """Whether every full GPU of a node with several models holds every workload that
+    takes full GPUs (whole or shared) there: then one resource name cannot mislead the
+    scheduler, and the node keeps `nvidia.com/gpu`."""
+    models = {get_model(g.model) for g in n.gpus if g.role != "mig"}
+    for name in n.workloads:
+        wp, w = workloads[name], specs[name]
+        if wp.method == "whole":
+            if w.gpus > 1 or any(rules.whole_rejection(w, m) for m in models):
+                return False
+        elif wp.method in ("mps", "time-slicing"):
+            for m in models:
+                most = rules.replicas_for(w, m)
+                if wp.method == "mps":
+                    most = min(most, rules.mps_max_clients(m))
+                if n.replicas > most:
+                    return False
+    return True
 
 
 def _strategies(

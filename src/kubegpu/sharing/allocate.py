@@ -15,6 +15,10 @@ container, following the device-list strategies of NVIDIA's plugin:
 Replica IDs (`GPU-x::3`) become the physical ID, de-duplicated in request order; with the
 `index` ID strategy the device index (`0`, `0:1`) is used instead of the UUID.
 
+MPS replicas get their daemon's pipe directory; a replica of a MIG instance (kubegpu's
+`sharing.mps.migInstances`) gets its instance's daemon and, as client variables, the
+instance's per-client limits.
+
 kubegpu addition: when every strategy is a CDI one the response also sets
 `NVIDIA_VISIBLE_DEVICES=void`, so a runtime hook in legacy mode adds nothing beside the CDI
 devices (an image's `NVIDIA_VISIBLE_DEVICES=all` cannot widen the allocation).
@@ -31,6 +35,7 @@ from typing import Literal
 from kubegpu.catalog import nvidia
 from kubegpu.sharing.config import PluginConfig
 from kubegpu.sharing.devices import Device, physical_id
+from kubegpu.sharing.mps import daemon_key, instance_limit
 
 CDI_VENDOR = nvidia.CDI_PLUGIN_VENDOR
 CDI_CLASS = "gpu"
@@ -40,6 +45,8 @@ VISIBLE_DEVICES = nvidia.NVIDIA_VISIBLE_DEVICES
 VOLUME_MOUNT_DIR = "/var/run/nvidia-container-devices"
 MPS_CONTAINER_ROOT = "/mps"
 MPS_PIPE_ENV = nvidia.CUDA_MPS_PIPE_DIRECTORY
+MPS_THREADS_ENV = nvidia.CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+MPS_MEMORY_ENV = nvidia.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
 IMEX_CHANNELS_ENV = nvidia.NVIDIA_IMEX_CHANNELS
 # Device nodes every GPU container needs besides its GPUs (passDeviceSpecs).
 CONTROL_DEVICES = (
@@ -130,9 +137,36 @@ def settings_for(
     )
 
 
-def mps_pipe_dir(root: str, resource: str) -> str:
-    """`<root>/<resource>/pipe`, e.g. `/run/nvidia/mps/nvidia.com/gpu/pipe`."""
-    return f"{root.rstrip('/')}/{resource}/pipe"
+def mps_pipe_dir(root: str, daemon: str) -> str:
+    """`<root>/<daemon>/pipe`, e.g. `/run/nvidia/mps/nvidia.com/gpu/pipe`; a MIG instance's
+    daemon is `<resource>/<MIG-uuid>` (`sharing.mps.daemon_key`)."""
+    return f"{root.rstrip('/')}/{daemon}/pipe"
+
+
+def _mps_daemon(resource: str, requested: Sequence[Device]) -> str:
+    """The one daemon a container's MPS replicas connect to: a CUDA process reaches a single
+    MPS server, so replicas of two MIG instances cannot share a container."""
+    keys = {daemon_key(resource, d) for d in requested if d.is_replica}
+    if len(keys) > 1:
+        raise AllocationError(
+            "invalid request: MPS replicas of more than one MIG instance "
+            f"({', '.join(sorted(k.rsplit('/', 1)[1] for k in keys))}); a container can be a "
+            "client of one MPS daemon only"
+        )
+    return keys.pop()
+
+
+def mps_client_env(requested: Sequence[Device]) -> dict[str, str]:
+    """For replicas of a MIG instance: the instance's per-client limits, which CUDA applies
+    in the client. Whole GPUs get none, as upstream (the daemon-wide defaults apply)."""
+    migs = [d for d in requested if d.is_replica and d.mig is not None]
+    if not migs:
+        return {}
+    limit = instance_limit(migs[0])
+    return {
+        MPS_THREADS_ENV: str(limit.active_thread_percentage),
+        MPS_MEMORY_ENV: f"0={limit.pinned_memory_mib}M",
+    }
 
 
 def validate_request(
@@ -178,11 +212,11 @@ def container_response(
         if "cdi-cri" in settings.strategies:
             response.cdi_devices = list(names)
     if settings.mps_root and any(d.is_replica for d in requested):
-        pipe = f"{MPS_CONTAINER_ROOT}/{settings.resource}/pipe"
+        key = _mps_daemon(settings.resource, requested)
+        pipe = f"{MPS_CONTAINER_ROOT}/{key}/pipe"
         response.envs[MPS_PIPE_ENV] = pipe
-        response.mounts.append(
-            Mount(pipe, mps_pipe_dir(settings.mps_root, settings.resource), read_only=False)
-        )
+        response.mounts.append(Mount(pipe, mps_pipe_dir(settings.mps_root, key), read_only=False))
+        response.envs |= mps_client_env(requested)
         response.mounts.append(
             Mount("/dev/shm", f"{settings.mps_root.rstrip('/')}/shm", read_only=False)
         )

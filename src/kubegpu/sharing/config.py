@@ -10,6 +10,9 @@ but resets them at runtime, kubegpu honours them; and a sharing entry for a reso
 config can never advertise (a MIG resource under `migStrategy: none`, `nvidia.com/gpu.shared`,
 a typo) is refused instead of silently ignored. Files go through `kubegpu.base.loader`
 and its bounds (docs/limits.md): a key given twice is an error.
+
+One kubegpu extension: `sharing.mps.migInstances: true` shares MIG devices through MPS, one
+daemon per MIG instance (docs/device-plugin.md). Without it MPS on MIG is refused, as upstream.
 """
 
 from __future__ import annotations
@@ -277,9 +280,21 @@ class ReplicatedResources(_Strict):
         return resource_name(resource.name + SHARED_SUFFIX) if self.rename_by_default else None
 
 
+class MpsResources(ReplicatedResources):
+    """`sharing.mps`: upstream's fields plus `migInstances`, a kubegpu extension that lets
+    MIG devices be shared through MPS (one daemon per MIG instance). Off by default, so a
+    config written for upstream is refused on MIG exactly as upstream refuses it."""
+
+    mig_instances: StrictBool = Field(False, alias="migInstances")
+
+
+MPS_MIG_FIELD = "sharing.mps.migInstances"
+MPS_MIG_HINT = f"kubegpu shares MIG instances through MPS only with {MPS_MIG_FIELD}: true"
+
+
 class Sharing(_Strict):
     time_slicing: ReplicatedResources | None = Field(None, alias="timeSlicing")
-    mps: ReplicatedResources | None = None
+    mps: MpsResources | None = None
 
 
 class Imex(_Strict):
@@ -315,12 +330,24 @@ class PluginConfig(_Strict):
 
     @model_validator(mode="after")
     def _rules(self) -> PluginConfig:
-        if self.sharing.mps is not None:
-            if self.flags.mig_strategy == "mixed":
-                raise ValueError("using --mig-strategy=mixed is not supported with MPS")
-            if not self.flags.mps_root:
-                raise ValueError("using MPS requires --mps-root to be specified (flags.mpsRoot)")
+        if self.sharing.mps is not None and not self.flags.mps_root:
+            raise ValueError("using MPS requires --mps-root to be specified (flags.mpsRoot)")
         return self
+
+    @property
+    def mps_on_mig(self) -> bool:
+        """MIG devices may be MPS-shared (kubegpu's `sharing.mps.migInstances`)."""
+        return self.sharing.mps is not None and self.sharing.mps.mig_instances
+
+    def mps_problem(self) -> tuple[str, str, str] | None:
+        """(field, value, why) when this config asks for MPS where it cannot have it."""
+        if self.sharing.mps is None or self.flags.mig_strategy != "mixed" or self.mps_on_mig:
+            return None
+        return (
+            "flags.migStrategy",
+            "mixed",
+            f"using --mig-strategy=mixed is not supported with MPS ({MPS_MIG_HINT})",
+        )
 
     def unadvertised(self) -> tuple[str, str] | None:
         """(field, name) of the first sharing entry for a resource this config never
@@ -430,6 +457,9 @@ def parse_config(
 
 def _validate(data: dict[str, Any], source: str) -> PluginConfig:
     config = loader.validate(PluginConfig, data, source, SharingConfigError)
+    if (problem := config.mps_problem()) is not None:
+        field, value, why = problem
+        raise SharingConfigError(f"{source}: field {field}, value {excerpt(value)}: {why}")
     if (bad := config.unadvertised()) is not None:
         field, name = bad
         raise SharingConfigError(

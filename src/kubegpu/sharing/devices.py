@@ -5,7 +5,8 @@ see: whole GPUs (`nvidia.com/gpu`), MIG devices (`nvidia.com/mig-<profile>` unde
 mixed strategy, `nvidia.com/gpu` under single) and time-slicing or MPS replicas
 (`<id>::<n>`, optionally under a `.shared` or custom name). The rules and their error
 messages follow NVIDIA's device plugin; kubegpu also honours per-resource device
-subsets and renames, which upstream parses but ignores.
+subsets and renames, which upstream parses but ignores, and shares MIG devices through MPS
+when the config says `sharing.mps.migInstances: true` (refused otherwise, as upstream).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kubegpu.sharing.config import (
     MAX_DEVICES_PER_RESOURCE,
     MPS_MAX_CLIENTS_OLDER,
     MPS_MAX_CLIENTS_VOLTA_PLUS,
+    MPS_MIG_HINT,
     PluginConfig,
     ReplicatedResource,
     resource_name,
@@ -220,7 +222,7 @@ def advertise(gpus: Sequence[GpuFacts], config: PluginConfig) -> Advertised:
         if targets.count(t) > 1:
             raise StrategyError(f"more than one sharing entry advertises {t}")
     if strategy == "mps":
-        _check_mps(gpus, plan)
+        _check_mps(gpus, plan, config)
     _check_sizes(base, plan)
     for entry, selected, target in plan:
         devices = base[entry.name]
@@ -260,18 +262,32 @@ def _check_sizes(
 
 
 def _check_mps(
-    gpus: Sequence[GpuFacts], plan: list[tuple[ReplicatedResource, list[Device], str]]
+    gpus: Sequence[GpuFacts],
+    plan: list[tuple[ReplicatedResource, list[Device], str]],
+    config: PluginConfig,
 ) -> None:
+    """Upstream's MPS rules; MIG devices pass only under kubegpu's `migInstances`, each MIG
+    device then being one MPS daemon's device with the same client limit as a GPU."""
     by_index = {g.index: g for g in gpus}
+    entries = config.sharing.mps.resources if config.sharing.mps is not None else ()
     for entry, selected, _ in plan:
-        if any(d.mig is not None for d in selected):
-            raise StrategyError(f"{entry.name}: sharing using MPS is not supported for MIG devices")
+        if any(d.mig is not None for d in selected) and not config.mps_on_mig:
+            where = f"sharing.mps.resources.{entries.index(entry)}.name"
+            raise StrategyError(
+                f"field {where}, value '{entry.name}': sharing using MPS is not supported for "
+                f"MIG devices ({MPS_MIG_HINT})"
+            )
         for d in selected:
             g = by_index[d.gpu]
-            if g.mig_enabled:
+            if g.mig_enabled and d.mig is None:
                 raise StrategyError(
                     f"{entry.name}: sharing using MPS is not supported on MIG-enabled GPUs "
                     f"(GPU {g.index} has MIG enabled)"
+                    + (
+                        "; MPS shares MIG instances under migStrategy single or mixed"
+                        if config.mps_on_mig
+                        else ""
+                    )
                 )
             limit = (
                 MPS_MAX_CLIENTS_VOLTA_PLUS
@@ -279,7 +295,8 @@ def _check_mps(
                 else MPS_MAX_CLIENTS_OLDER
             )
             if entry.replicas > limit:
+                on = f"MIG device {d.index}" if d.mig is not None else f"GPU {g.index}"
                 raise StrategyError(
-                    f"invalid MPS configuration: {entry.name}: {entry.replicas} replicas on GPU {g.index}: "
+                    f"invalid MPS configuration: {entry.name}: {entry.replicas} replicas on {on}: "
                     f"maximum allowed replicas exceeded ({limit})"
                 )

@@ -256,13 +256,19 @@ def compute_labels(
     """Every `nvidia.com/` label GPU feature discovery puts on a node with these GPUs.
 
     `timestamp` (seconds) becomes `nvidia.com/gfd.timestamp`; None leaves it out
-    (`--no-timestamp`). Raises LabelError for an MPS config on a node with MIG enabled.
+    (`--no-timestamp`). Raises LabelError for an MPS config on a node with MIG enabled,
+    unless the config shares MIG instances through MPS (`sharing.mps.migInstances` under the
+    single or mixed strategy): then the MIG resource's labels say `mps` and its replicas.
     """
     out: dict[str, str] = {}
     if timestamp is not None:
         out["gfd.timestamp"] = str(timestamp)
     if gpus:
-        if config.sharing_strategy == "mps" and any(g.mig_enabled for g in gpus):
+        if (
+            config.sharing_strategy == "mps"
+            and any(g.mig_enabled for g in gpus)
+            and not (config.mps_on_mig and config.flags.mig_strategy != "none")
+        ):
             enabled = ", ".join(str(g.index) for g in gpus if g.mig_enabled)
             raise LabelError(
                 f"sharing using MPS is not supported with MIG enabled (GPUs with MIG: {enabled})"

@@ -8,6 +8,18 @@ nodes:
     gpus: rtx-pro-6000-ws:2
     labels: {team: graphics}
   - name: cpu-1          # no gpus: a plain node
+  - name: pool           # count: pool-000 ... pool-099, alike
+    count: 100
+    gpus: h200:8
+components: process      # or inprocess: node components as tasks in the simulator
+                         # (sim.inprocess); a node entry may choose its own
+controlPlane:
+  size: small            # or large: the flags of a ~1,000-node cluster (SIZE_PROFILES);
+  kubeApiQps: 100        # any flag below overrides the size's value
+  kubeApiBurst: 200
+  maxRequestsInflight: 1000
+  maxMutatingRequestsInflight: 500
+  etcdQuotaBytes: 4294967296
 
 Read through `kubegpu.base.loader` (bounds in docs/limits.md); errors name file, field, value.
 """
@@ -18,18 +30,29 @@ import asyncio
 import contextlib
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kubegpu.base import loader
 from kubegpu.base.process import pid_alive
 from kubegpu.nvml import SpecError, parse_spec
-from kubegpu.sim.controlplane import ControlPlane, ControlPlaneError
+from kubegpu.sim.controlplane import (
+    SIZE_PROFILES,
+    ControlPlane,
+    ControlPlaneError,
+    ControlPlaneSize,
+)
+from kubegpu.sim.inprocess import RootCommand
 from kubegpu.sim.node import SimNode, SimNodeConfig
 from kubegpu.sim.pods import kill_pod_processes
 
 PID_FILE = "sim.pid"
+MAX_NODES = 5000
+START_BATCH = 50  # nodes registering at once (their API requests overlap, not pile up)
+Components = Literal["process", "inprocess"]
 
 
 class ClusterFileError(loader.InputError):
@@ -47,6 +70,9 @@ class NodeEntry(BaseModel):
     # Node Feature Discovery's labels (pci-10de.present...) on the node; false: a cluster
     # without NFD, where kubegpu's node labeller (chart value nfd.enabled=false) finds GPUs
     nfd: bool = True
+    # this many alike nodes, named <name>-000, <name>-001... (1: just <name>)
+    count: int = Field(default=1, ge=1, le=MAX_NODES)
+    components: Components | None = None  # None: the cluster's `components`
 
     @field_validator("gpus")
     @classmethod
@@ -58,21 +84,63 @@ class NodeEntry(BaseModel):
                 raise ValueError(str(exc)) from None
         return value
 
+    @model_validator(mode="after")
+    def _names_fit(self) -> NodeEntry:
+        longest = self.names()[-1]
+        if len(longest) > 63:
+            raise ValueError(f"node name {loader.excerpt(longest)} is longer than 63 characters")
+        return self
+
+    def names(self) -> list[str]:
+        if self.count == 1:
+            return [self.name]
+        width = len(str(self.count - 1))
+        return [f"{self.name}-{i:0{width}d}" for i in range(self.count)]
+
+
+class ControlPlaneEntry(BaseModel):
+    """The control plane's size: a named profile, and flags that override its values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: Literal["small", "large"] = "small"
+    kubeApiQps: int | None = Field(default=None, ge=1, le=100_000)
+    kubeApiBurst: int | None = Field(default=None, ge=1, le=100_000)
+    maxRequestsInflight: int | None = Field(default=None, ge=1, le=100_000)
+    maxMutatingRequestsInflight: int | None = Field(default=None, ge=1, le=100_000)
+    etcdQuotaBytes: int | None = Field(default=None, ge=64 * 1024**2, le=8 * 1024**3)
+
+    def resolved(self) -> ControlPlaneSize:
+        base = SIZE_PROFILES[self.size]
+        given = {
+            "kube_api_qps": self.kubeApiQps,
+            "kube_api_burst": self.kubeApiBurst,
+            "max_requests_inflight": self.maxRequestsInflight,
+            "max_mutating_requests_inflight": self.maxMutatingRequestsInflight,
+            "etcd_quota_bytes": self.etcdQuotaBytes,
+        }
+        return replace(base, **{k: v for k, v in given.items() if v is not None})
+
 
 class ClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "kubegpu-sim"
     nodes: list[NodeEntry] = Field(min_length=1)
+    components: Components = "process"
+    controlPlane: ControlPlaneEntry = Field(default_factory=ControlPlaneEntry)
 
     @field_validator("nodes")
     @classmethod
     def _unique(cls, value: list[NodeEntry]) -> list[NodeEntry]:
         seen: set[str] = set()
         for n in value:
-            if n.name in seen:
-                raise ValueError(f"node name {loader.excerpt(n.name)} appears twice")
-            seen.add(n.name)
+            for name in n.names():
+                if name in seen:
+                    raise ValueError(f"node name {loader.excerpt(name)} appears twice")
+                seen.add(name)
+        if len(seen) > MAX_NODES:
+            raise ValueError(f"{len(seen)} nodes: at most {MAX_NODES}")
         return value
 
 
@@ -83,13 +151,39 @@ def load_cluster(path: Path) -> ClusterSpec:
 
 
 class SimCluster:
-    """Control plane plus nodes, all in this process (nodes as asyncio tasks)."""
+    """Control plane plus nodes, all in this process (nodes as asyncio tasks).
 
-    def __init__(self, spec: ClusterSpec, workdir: Path) -> None:
+    `root_command` (kubegpu.cli.app.root_command) is needed by nodes whose components
+    run in-process."""
+
+    def __init__(
+        self, spec: ClusterSpec, workdir: Path, root_command: RootCommand | None = None
+    ) -> None:
         self.spec = spec
         self.workdir = workdir
-        self.control_plane = ControlPlane(workdir / "control-plane")
+        self.root_command = root_command
+        self.control_plane = ControlPlane(
+            workdir / "control-plane", size=spec.controlPlane.resolved()
+        )
         self.nodes: list[SimNode] = []
+
+    def node_configs(self) -> list[SimNodeConfig]:
+        """Every node's config, in file order (count entries expanded)."""
+        return [
+            SimNodeConfig(
+                name=name,
+                root=self.workdir / "nodes" / name,
+                gpus=entry.gpus,
+                labels=entry.labels,
+                cpu=entry.cpu,
+                memory=entry.memory,
+                nfd=entry.nfd,
+                components=entry.components or self.spec.components,
+                root_command=self.root_command,
+            )
+            for entry in self.spec.nodes
+            for name in entry.names()
+        ]
 
     @property
     def kubeconfig(self) -> Path:
@@ -98,22 +192,14 @@ class SimCluster:
     async def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(self.control_plane.start)
+        configs = self.node_configs()
+        if self.root_command is None and any(c.components == "inprocess" for c in configs):
+            raise ValueError("in-process node components need the kubegpu root command")
         try:
-            for entry in self.spec.nodes:
-                node = SimNode(
-                    SimNodeConfig(
-                        name=entry.name,
-                        root=self.workdir / "nodes" / entry.name,
-                        gpus=entry.gpus,
-                        labels=entry.labels,
-                        cpu=entry.cpu,
-                        memory=entry.memory,
-                        nfd=entry.nfd,
-                    ),
-                    self.kubeconfig,
-                )
-                await node.start()
-                self.nodes.append(node)
+            for i in range(0, len(configs), START_BATCH):
+                batch = [SimNode(c, self.kubeconfig) for c in configs[i : i + START_BATCH]]
+                self.nodes.extend(batch)  # stop() stops what started, even on failure
+                await asyncio.gather(*(n.start() for n in batch))
         except BaseException:
             await self.stop()
             raise

@@ -62,8 +62,10 @@ __all__ = [
     "BUILD_HINT",
     "COMPONENTS",
     "DEFAULT_FEATURE_GATES",
+    "SIZE_PROFILES",
     "ControlPlane",
     "ControlPlaneError",
+    "ControlPlaneSize",
     "PidRecord",
     "find_bin_dir",
     "read_pid_file",
@@ -358,6 +360,62 @@ class _Stage:
     waiting_for: str = "starting"
 
 
+@dataclass(frozen=True)
+class ControlPlaneSize:
+    """The flags a cluster of a given size sets on its control plane. None leaves the
+    component's own default (what a small cluster, and every test, runs with).
+
+    - `kube_api_qps` / `kube_api_burst`: the client rate of kube-controller-manager and
+      kube-scheduler (defaults 20/30 and 50/100). At hundreds of nodes the DaemonSet
+      controller creates one pod per node per operand and the scheduler binds each one:
+      at 20 QPS, 8 operands x 1,000 nodes take 400 s of the controller's budget alone.
+    - `max_requests_inflight` / `max_mutating_requests_inflight`: the API server's
+      concurrency (defaults 400/200; their sum is API Priority and Fairness's budget).
+      1,000 kubelets renewing leases and patching pod status share it.
+    - `etcd_quota_bytes`: etcd's backend size limit (the sim's default 512 MiB; etcd's own
+      2 GiB). Events and pods of 1,000 nodes outgrow the small one.
+    """
+
+    kube_api_qps: int | None = None
+    kube_api_burst: int | None = None
+    max_requests_inflight: int | None = None
+    max_mutating_requests_inflight: int | None = None
+    etcd_quota_bytes: int = _ETCD_QUOTA_BYTES
+
+    def client_args(self) -> list[str]:
+        """kube-controller-manager's and kube-scheduler's flags."""
+        out = []
+        if self.kube_api_qps is not None:
+            out.append(f"--kube-api-qps={self.kube_api_qps}")
+        if self.kube_api_burst is not None:
+            out.append(f"--kube-api-burst={self.kube_api_burst}")
+        return out
+
+    def apiserver_args(self) -> list[str]:
+        out = []
+        if self.max_requests_inflight is not None:
+            out.append(f"--max-requests-inflight={self.max_requests_inflight}")
+        if self.max_mutating_requests_inflight is not None:
+            out.append(f"--max-mutating-requests-inflight={self.max_mutating_requests_inflight}")
+        return out
+
+
+#: Named sizes a cluster file picks (`controlPlane: {size: large}`). "large" is sized for
+#: about 1,000 nodes: client rates 5x the controller-manager's default (the scheduler's
+#: default burst is already 100), the API server's concurrency 2.5x, etcd's quota at
+#: 4 GiB (under etcd's recommended 8 GiB maximum).
+SIZE_PROFILES: Final[Mapping[str, ControlPlaneSize]] = {
+    "small": ControlPlaneSize(),
+    "large": ControlPlaneSize(
+        kube_api_qps=100,
+        kube_api_burst=200,
+        max_requests_inflight=1000,
+        max_mutating_requests_inflight=500,
+        etcd_quota_bytes=4 * 1024**3,
+    ),
+}
+
+
 class ControlPlane:
     """etcd, kube-apiserver, kube-controller-manager and kube-scheduler on loopback.
 
@@ -369,6 +427,7 @@ class ControlPlane:
         feature_gates: Kubernetes feature gates for all three Kubernetes components, on top
             of :data:`DEFAULT_FEATURE_GATES` (a gate given here wins).
         verbosity: klog ``--v`` of the Kubernetes components.
+        size: the flags for the cluster's size (default: every component's own defaults).
     """
 
     def __init__(
@@ -380,6 +439,7 @@ class ControlPlane:
         keep_data: bool = False,
         feature_gates: Mapping[str, bool] | None = None,
         verbosity: int = 2,
+        size: ControlPlaneSize | None = None,
     ) -> None:
         self.workdir = Path(workdir).absolute()
         self._bin_dir_arg = bin_dir
@@ -387,6 +447,7 @@ class ControlPlane:
         self._keep_data = keep_data
         self._feature_gates = {**DEFAULT_FEATURE_GATES, **(feature_gates or {})}
         self._verbosity = verbosity
+        self.size = size or ControlPlaneSize()
         self._binaries: dict[str, Path] = {}
         self._procs: dict[str, _Proc] = {}
         self._ports: dict[str, int] = {}
@@ -788,7 +849,7 @@ class ControlPlane:
                 f"--listen-peer-urls={peer}",
                 f"--initial-advertise-peer-urls={peer}",
                 f"--initial-cluster={CLUSTER_NAME}={peer}",
-                f"--quota-backend-bytes={_ETCD_QUOTA_BYTES}",
+                f"--quota-backend-bytes={self.size.etcd_quota_bytes}",
                 "--log-level=warn",
             ]
             if not self._fsync:
@@ -840,6 +901,7 @@ class ControlPlane:
                 f"--proxy-client-key-file={self._pki('front-proxy-client.key')}",
                 "--enable-aggregator-routing=true",
                 "--profiling=false",
+                *self.size.apiserver_args(),
                 *self._common_k8s_args(),
             ]
 
@@ -869,6 +931,7 @@ class ControlPlane:
             f"--tls-private-key-file={self._pki(f'{name}-serving.key')}",
             "--leader-elect=true",
             "--profiling=false",
+            *self.size.client_args(),
             *self._common_k8s_args(),
         ]
 

@@ -23,7 +23,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -273,7 +273,9 @@ class DraManager:
         self._watcher: asyncio.Task[None] | None = None
         self._wipes: dict[str, asyncio.Task[None]] = {}
         self._unprepares: set[asyncio.Task[None]] = set()
-        self._prepare_lock = asyncio.Lock()
+        # one lock per claim: two pods sharing a claim prepare it once, while pods with
+        # claims of their own prepare side by side, as the real kubelet's pod workers do
+        self._claim_locks: dict[str, asyncio.Lock] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self, client: AsyncClient) -> None:
@@ -440,6 +442,16 @@ class DraManager:
             raise PrepareError(f"DRA driver {driver} is not registered")
         return plugins[-1]
 
+    @contextlib.asynccontextmanager
+    async def _locked(self, claim_uids: Iterable[str]) -> AsyncIterator[None]:
+        """Hold the lock of every claim named, taken in UID order so that two callers
+        never wait on each other crosswise."""
+        async with contextlib.AsyncExitStack() as stack:
+            for uid in sorted(set(claim_uids)):
+                lock = self._claim_locks.setdefault(uid, asyncio.Lock())
+                await stack.enter_async_context(lock)
+            yield
+
     # -- prepare --------------------------------------------------------------------------
     async def prepare_pod(
         self, pod: Json, waiting: Callable[[], Awaitable[None]] | None = None
@@ -455,6 +467,11 @@ class DraManager:
                 return
             except PrepareError as exc:
                 message = str(exc)
+            except Exception as exc:  # the API server or a socket failed mid-way:
+                # retried like the kubelet's pod sync, never left to end the pod's task (a pod
+                # would then stay Pending for good)
+                log.warning("node %s: preparing claims: %r", self.node_name, exc)
+                message = f"{type(exc).__name__}: {exc}"
             meta = pod["metadata"]
             log.info(
                 "node %s: pod %s/%s: %s",
@@ -474,13 +491,17 @@ class DraManager:
     async def _prepare(self, pod: Json) -> None:
         meta = pod["metadata"]
         uid, namespace = meta["uid"], meta.get("namespace", "default")
-        try:  # the status names template claims, so read the pod as it is now
-            pod = (await self._api().get(Pod, meta["name"], namespace=namespace)).to_dict()
-        except ApiError as exc:
-            raise PrepareError(f"cannot read pod: {exc.status.message}") from None
-        if pod["metadata"]["uid"] != uid:
-            raise PrepareError(f"pod {namespace}/{meta['name']} was replaced")
         names = pod_claims(pod)
+        if any(n is None for n in names.values()):
+            # the status names template claims: read the pod as it is now (a pod bound by
+            # the scheduler names them all already, so this is the rare path)
+            try:
+                pod = (await self._api().get(Pod, meta["name"], namespace=namespace)).to_dict()
+            except ApiError as exc:
+                raise PrepareError(f"cannot read pod: {exc.status.message}") from None
+            if pod["metadata"]["uid"] != uid:
+                raise PrepareError(f"pod {namespace}/{meta['name']} was replaced")
+            names = pod_claims(pod)
         claims: dict[str, Json] = {}
         for pod_name, claim_name in names.items():
             if claim_name is None:
@@ -512,7 +533,7 @@ class DraManager:
                 PreparedClaim(m["uid"], m["name"], namespace, tuple(claim_drivers(claim)), []),
             )
             known.pods.add(uid)
-        async with self._prepare_lock:  # two pods sharing a claim prepare it once
+        async with self._locked(c["metadata"]["uid"] for c in claims.values()):
             todo = [c for c in claims.values() if not self.claims[c["metadata"]["uid"]].prepared]
             by_driver: dict[str, list[Json]] = {}
             for claim in todo:
@@ -592,7 +613,7 @@ class DraManager:
         delay = BACKOFF_START_S
         pending = list(claims)
         while pending:
-            async with self._prepare_lock:
+            async with self._locked(c.uid for c in pending):
                 pending = [c for c in pending if not c.pods]  # a new pod may use it again
                 for claim in pending:  # a pod that takes the claim later prepares it again
                     claim.prepared = False

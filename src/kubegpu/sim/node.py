@@ -27,9 +27,10 @@ from lightkube.resources.core_v1 import Node, NodeStatus, Pod
 from lightkube.types import PatchType, on_error_retry
 
 from kubegpu.nvml.sim import SimControls, SimNvml
-from kubegpu.sim import netaddr
+from kubegpu.sim import gpuload, netaddr
 from kubegpu.sim.devices import DeviceManager
 from kubegpu.sim.dra import DraManager
+from kubegpu.sim.inprocess import ComponentsMode, RootCommand
 from kubegpu.sim.kubeletserver import KubeletServer, LogSource, serving_context
 from kubegpu.sim.netaddr import NodeAddress
 from kubegpu.sim.podresources import PodRef, PodResourcesServer
@@ -76,17 +77,30 @@ class SimNodeConfig:
     status_interval_s: float = 60.0
     kubegpu_images: tuple[str, ...] = ("kubegpu",)
     nfd: bool = True  # Node Feature Discovery runs: the node carries its labels
+    # how kubegpu's node components run in their pods: a process each (isolated), or as
+    # tasks in this interpreter (sim.inprocess; 1,000 nodes on one machine), parsed by
+    # `root_command` (kubegpu.cli.app.root_command, which the simulator cannot import)
+    components: ComponentsMode = "process"
+    root_command: RootCommand | None = None
 
 
 def write_pci_devices(sysfs: Path, nvml: SimNvml) -> None:
     """The simulated GPUs on the node's PCI bus (`<root>/sys/bus/pci/devices/<address>`),
-    where a host-path /sys mount shows them to the node's pods (the node labeller)."""
+    where a host-path /sys mount shows them to the node's pods (the node labeller).
+    A card in graphics display mode is a VGA controller (0x0300), as on real hardware;
+    otherwise a 3D controller (0x0302), as data-centre GPUs."""
+    graphics = {
+        g["pci_bus_id"].lower()
+        for g in SimControls.of(nvml).raw_state()["gpus"]
+        if g.get("display_mode") == "graphics"
+    }
     for d in nvml.devices():
         entry = sysfs / "bus/pci/devices" / d.pci_bus_id.lower()[-12:]
         entry.mkdir(parents=True, exist_ok=True)
         (entry / "vendor").write_text(f"0x{d.pci_device_id & 0xFFFF:04x}\n")
         (entry / "device").write_text(f"0x{d.pci_device_id >> 16:04x}\n")
-        (entry / "class").write_text("0x030200\n")  # 3D controller, as data-centre GPUs
+        vga = d.pci_bus_id.lower() in graphics
+        (entry / "class").write_text("0x030000\n" if vga else "0x030200\n")
 
 
 class SimNode:
@@ -133,6 +147,8 @@ class SimNode:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
+        if self.config.components == "inprocess" and self.config.root_command is None:
+            raise ValueError(f"node {self.name}: in-process components need a root command")
         self.root.mkdir(parents=True, exist_ok=True)
         if self.config.gpus:
             self.nvml = SimNvml.create(self.gpu_state, self.config.gpus)
@@ -160,6 +176,9 @@ class SimNode:
             address=self.network.ip,
             bind_ip=self.network.ip if self.network.rewrites_binds else None,
             dra=self.dra,
+            root_command=(
+                self.config.root_command if self.config.components == "inprocess" else None
+            ),
         )
         await self.devices.start()
         await self.pod_resources.start()
@@ -415,6 +434,8 @@ class SimNode:
         kill_pod_processes(self.root)  # a reboot leaves no process behind
         if self.lab is not None:
             self.lab.reboot()
+        if self.nvml is not None:  # a display mode switched since shows from this boot on
+            write_pci_devices(self.root / "sys", self.nvml)
         self.boot_id = str(uuid.uuid4())
         await self.devices.restart()
         await self.dra.restart()
@@ -446,15 +467,13 @@ class SimNode:
         their telemetry (utilisation, memory, power...) reflects what is allocated."""
         if self.lab is None:
             return
-        held: dict[str, int] = {}
-        for allocation in self.devices.allocations.values():
-            for ids in allocation.devices.values():
-                for device_id in ids:
-                    uuid = device_id.partition("::")[0]  # a shared replica <uuid>::<n>
-                    if uuid.startswith(("GPU-", "MIG-")):
-                        held[uuid] = held.get(uuid, 0) + 1
+        # each container's load is a simulated CUDA process, traceable to its pod (gpuload)
+        pods = {uid: r.pod for uid, r in self.runners.items()}
+        loads = gpuload.container_loads(self.devices.allocations, pods)
+        pids = gpuload.assign_pids(loads)
         try:
-            self.lab.set_busy(held)
+            self.lab.set_workloads(gpuload.workloads(loads, pids))
+            gpuload.write_proc(self.root, loads, pids)
         except Exception as exc:  # telemetry only; never fail an admission for it
             log.warning("node %s: cannot mark allocated GPUs busy: %s", self.name, exc)
 

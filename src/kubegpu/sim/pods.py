@@ -32,6 +32,12 @@ from lightkube.types import PatchType
 from kubegpu.catalog.nvidia import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_VOID
 from kubegpu.sim.devices import AdmissionError, ContainerAllocation, DeviceManager
 from kubegpu.sim.dra import DraManager
+from kubegpu.sim.inprocess import (
+    ContainerSpec,
+    InProcessContainer,
+    RootCommand,
+    in_process_command,
+)
 from kubegpu.sim.kubeletserver import LogSource
 from kubegpu.sim.podenv import ENV_NODE_ROOT, base_env, container_env, field_value
 from kubegpu.sim.podvolumes import (
@@ -75,6 +81,8 @@ class NodeContext:
     address: str = "127.0.0.1"  # the node's InternalIP: every pod's hostIP and podIP
     bind_ip: str | None = None  # where pod processes' wildcard binds go (sim.netaddr)
     dra: DraManager | None = None  # prepares the pod's resource claims (sim.dra)
+    # set: kubegpu's node components run in-process (sim.inprocess), parsed by this command
+    root_command: RootCommand | None = None
 
     def runs_process(self, image: str) -> bool:
         repo = image.rsplit("@", 1)[0].rsplit(":", 1)[0] if "/" in image or ":" in image else image
@@ -90,6 +98,7 @@ class ContainerState:
     state: Json = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
     last_state: Json = field(default_factory=dict)
     process: asyncio.subprocess.Process | None = None
+    inproc: InProcessContainer | None = None  # the component's task (in-process mode)
     ready: bool = False
 
     def status(self, image: str) -> Json:
@@ -351,6 +360,15 @@ class PodRunner:
         await self._push_status()
         await asyncio.sleep(delay)
 
+    def _in_process_argv(self, c: ContainerState) -> list[str] | None:
+        """The `kubegpu` arguments of a container this node runs in-process, else None."""
+        if self.node.root_command is None:
+            return None
+        command = [*(c.spec.get("command") or []), *(c.spec.get("args") or [])]
+        if not c.spec.get("command"):
+            command = ["kubegpu", *command]
+        return command[1:] if in_process_command(command) else None
+
     def _workload(self, c: ContainerState) -> list[str] | None:
         """The simulated GPU program (nvidia-smi, a CUDA sample) for a workload container."""
         image = c.spec.get("image", "")
@@ -389,7 +407,26 @@ class PodRunner:
             c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             await self._push_status()
             return 1
-        if workload is not None:  # answers from the simulated GPUs; needs no mounts
+        in_process = self._in_process_argv(c) if workload is None else None
+        waiter: asyncio.Task[int] | None = None
+        if in_process is not None:
+            c.inproc = InProcessContainer(
+                ContainerSpec(
+                    argv=in_process,
+                    env=env,
+                    mounts=mounts,
+                    namespace=self.namespace,
+                    log_path=log_path,
+                    kubeconfig_path=self.dir / "inprocess" / f"{c.name}.kubeconfig",
+                    api_host=self.node.api_host,
+                    api_port=self.node.api_port,
+                    node_ip=self.node.address,
+                ),
+                self.node.root_command,  # type: ignore[arg-type]
+            )
+            c.inproc.start()
+            waiter = asyncio.ensure_future(c.inproc.wait())
+        elif workload is not None:  # answers from the simulated GPUs; needs no mounts
             allocation = self.allocations.get(c.name)
             given = [d for ds in (allocation.devices.values() if allocation else []) for d in ds]
             visible = env.get(NVIDIA_VISIBLE_DEVICES)
@@ -404,15 +441,17 @@ class PodRunner:
             for src, dst, ro in mounts:
                 argv += ["--mount", f"{src}:{dst}" + (":ro" if ro else "")]
             argv += ["--", *command]
-        with log_path.open("ab") as out:
-            c.process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
+        if waiter is None:
+            with log_path.open("ab") as out:
+                c.process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdout=out,
+                    stderr=asyncio.subprocess.STDOUT,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,
+                )
+            waiter = asyncio.ensure_future(c.process.wait())
         if self._stopping:  # stop() ran while the process was being started
             await self._kill(c, 0)
             return 137
@@ -420,8 +459,9 @@ class PodRunner:
         c.state = {"running": {"startedAt": started}}
         c.ready = not c.init
         await self._push_status()
-        code = await c.process.wait()
+        code = await waiter
         c.process = None
+        c.inproc = None
         c.ready = False
         reason = "Completed" if code == 0 else ("Error" if code > 0 else "Killed")
         c.state = {
@@ -437,6 +477,9 @@ class PodRunner:
         return code
 
     async def _kill(self, c: ContainerState, grace: float) -> None:
+        if c.inproc is not None:
+            await c.inproc.terminate(grace)
+            return
         proc = c.process
         if proc is None or proc.returncode is not None:
             return

@@ -69,6 +69,7 @@ from kubegpu.nvml.types import (
     NvLinkThroughput,
     Placement,
     ProcessInfo,
+    ProcessUtilization,
     RemappedRows,
     SystemInfo,
     TopologyLevel,
@@ -203,9 +204,42 @@ class SimNvml(SimStateAccess, Nvml):
         return util
 
     def processes(self, index: int) -> list[ProcessInfo]:
-        gpu = self._gpu(self._read(), index)
-        return [
+        """Processes started through the lab's controls, then the pods' processes the
+        simulated kubelet named (`SimControls.set_workloads`), each on its MIG device."""
+        state = self._read()
+        gpu = self._gpu(state, index)
+        out = [
             ProcessInfo(p["pid"], p["used_memory_mib"], p["gi"], p["ci"]) for p in gpu["processes"]
+        ]
+        where = {
+            c["uuid"]: (gi["id"], c["id"])
+            for gi in gpu["gpu_instances"]
+            for c in gi["compute_instances"]
+        }
+        for p in telemetry.pod_processes(state, gpu, None):
+            gi_id, ci_id = where.get(p.uuid, (None, None))
+            out.append(ProcessInfo(p.pid, p.used_memory_mib, gi_id, ci_id))
+        return out
+
+    def process_utilization(self, index: int) -> list[ProcessUtilization]:
+        """Each process's SM share as it runs now, and its share of the memory bandwidth in
+        proportion; NotSupported while MIG mode is on, as NVML."""
+        state = self._read()
+        gpu = self._gpu(state, index)
+        if gpu["mig_current"]:
+            raise errors.NotSupported(f"GPU {index}: no per-process utilization in MIG mode")
+        now = self.clock()
+        sample = telemetry.device_sample(state, gpu, now)
+        memory = sample.utilization.memory_percent if sample.utilization else 0
+        figures = [(p["pid"], float(p["sm_percent"])) for p in gpu["processes"]]
+        figures += [(p.pid, p.sm_percent) for p in telemetry.pod_processes(state, gpu, now)]
+        total = sum(sm for _, sm in figures)
+        scale = min(1.0, 100.0 / total) if total > 0 else 0.0
+        return [
+            ProcessUtilization(
+                pid, round(sm * scale), round(memory * sm / total) if total > 0 else 0
+            )
+            for pid, sm in figures
         ]
 
     # -- MIG mode -----------------------------------------------------------------------

@@ -7,16 +7,35 @@ start and stop CUDA processes, mark devices busy, reboot the node. Kept apart fr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from kubegpu.nvml import errors
 from kubegpu.nvml.sim.access import SimStateAccess, power_cycle
 from kubegpu.nvml.sim.backend import SimNvml
-from kubegpu.nvml.sim.state import MAX_EVENTS, EventState, NodeState, ProcState
+from kubegpu.nvml.sim.state import MAX_EVENTS, EventState, NodeState, ProcState, WorkloadState
 from kubegpu.nvml.types import EventType
 
 XID_FALLEN_OFF_BUS = 79
+
+
+@dataclass(frozen=True)
+class SimWorkload:
+    """A pod's simulated CUDA process on one allocated device (`SimControls.set_workloads`)."""
+
+    pid: int
+    used_memory_mib: int | None = None  # None: the synthetic workload's size
+    sm_percent: int | None = None
+    mps: str | None = None  # the MPS daemon (its pipe directory) it is a client of
+
+    def state(self) -> WorkloadState:
+        out = WorkloadState(
+            pid=self.pid, used_memory_mib=self.used_memory_mib, sm_percent=self.sm_percent
+        )
+        if self.mps is not None:
+            out["mps"] = self.mps
+        return out
 
 
 class SimControls(SimStateAccess):
@@ -138,6 +157,24 @@ class SimControls(SimStateAccess):
 
         def change(state: NodeState) -> None:
             state["busy"] = marks
+            state.pop("workloads", None)
 
-        if self.store.read().get("busy", {}) != marks:
+        current = self.store.read()
+        if current.get("busy", {}) != marks or current.get("workloads"):
+            self._change(change)
+
+    def set_workloads(self, devices: Mapping[str, Sequence[SimWorkload]]) -> None:
+        """Like `set_busy`, naming the pod process behind each allocation: NVML lists it as
+        a running compute process holding its memory (the pod's own figures, or the
+        synthetic workload's), which is what lets a monitor tell pods on one GPU apart. A
+        process naming an MPS daemon is its client (`kubegpu.nvml.sim.mps`)."""
+        marks = {uuid: len(ws) for uuid, ws in sorted(devices.items()) if ws}
+        named = {uuid: [w.state() for w in ws] for uuid, ws in sorted(devices.items()) if ws}
+
+        def change(state: NodeState) -> None:
+            state["busy"] = marks
+            state["workloads"] = named
+
+        current = self.store.read()
+        if current.get("busy", {}) != marks or current.get("workloads", {}) != named:
             self._change(change)

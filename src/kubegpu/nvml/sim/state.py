@@ -48,6 +48,18 @@ class ProcState(TypedDict):
     sm_percent: int
     gi: int | None
     ci: int | None
+    mps: NotRequired[str]  # the MPS daemon (its pipe directory) the process is a client of
+
+
+class WorkloadState(TypedDict):
+    """A pod's simulated CUDA process on a device it was allocated (set by the sim kubelet):
+    its pid on the node and, when the pod says, its memory and SM use (None: the synthetic
+    workload's own figures)."""
+
+    pid: int
+    used_memory_mib: int | None
+    sm_percent: int | None
+    mps: NotRequired[str]  # the MPS daemon (its pipe directory) the process is a client of
 
 
 class GpuState(TypedDict):
@@ -90,6 +102,8 @@ class NodeState(TypedDict):
     gpus: list[GpuState]
     # GPU or MIG device UUID -> how many pod allocations hold it (set by the sim kubelet)
     busy: NotRequired[dict[str, int]]
+    # GPU or MIG device UUID -> the pod processes behind its busy marks, in replica order
+    workloads: NotRequired[dict[str, list[WorkloadState]]]
 
 
 MAX_EVENTS = 256

@@ -2,9 +2,11 @@
 
 Load comes only from the state file: processes started with `SimNvml.start_process`
 (exactly their `sm_percent` and memory) and devices the simulated kubelet marks busy
-because they are allocated to pods (`SimNvml.set_busy`). A busy device runs a synthetic
-workload whose size is a hash of its UUID. Everything else (clocks, power, temperatures,
-profiling ratios, PCIe traffic) follows from load through per-model figures.
+because they are allocated to pods (`SimControls.set_busy`, or `set_workloads` when the
+simulated kubelet names the pod process behind each allocation). A busy device runs a
+synthetic workload whose size is a hash of its UUID, or the figures the pod gave.
+Everything else (clocks, power, temperatures, profiling ratios, PCIe traffic) follows from
+load through per-model figures.
 
 Jitter is a hash of the device UUID and a time bucket, never a random generator: every
 process reading the node at the same moment sees the same values, and a node created with
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 from kubegpu.catalog import get_model
 from kubegpu.catalog.models import GpuModel
-from kubegpu.nvml.sim.state import GpuState, NodeState
+from kubegpu.nvml.sim.state import GpuState, NodeState, WorkloadState
 from kubegpu.nvml.types import (
     Activity,
     Clocks,
@@ -135,29 +137,106 @@ class Load:
         return self.sm_percent / 100.0
 
 
+@dataclass(frozen=True)
+class Replica:
+    """One busy mark of a device: an allocation that runs a synthetic workload, and the pod
+    process behind it when the simulated kubelet named one."""
+
+    uuid: str  # the GPU or MIG device allocated
+    workload: WorkloadState | None
+
+
+@dataclass(frozen=True)
+class PodProcess:
+    """A pod's simulated CUDA process, with what it uses now (NVML's running processes)."""
+
+    pid: int
+    uuid: str
+    used_memory_mib: int
+    sm_percent: float
+
+
+def _replicas(state: NodeState, uuids: list[str]) -> list[Replica]:
+    marks = state.get("busy", {})
+    named = state.get("workloads", {})
+    out: list[Replica] = []
+    for u in uuids:
+        workloads = named.get(u, [])
+        out += [
+            Replica(u, workloads[i] if i < len(workloads) else None)
+            for i in range(int(marks.get(u, 0)))
+        ]
+    return out
+
+
+def _synthetic(
+    key: str, total_mib: int, replicas: list[Replica], now: float | None
+) -> list[tuple[float, int]]:
+    """(sm %, MiB) of each replica's workload: a pod's own figures where it gave them, else
+    sizes hashed from the device (the first replica holds most memory); synthetic memory
+    is scaled so that the device is never more than 95% full."""
+    sms: list[float] = []
+    shares: list[float] = []
+    for replica in range(len(replicas)):
+        size = unit(key, "workload", replica)
+        wobble = 0.0 if now is None else 8.0 * jitter(now, key, "sm", replica)
+        sms.append(max(1.0, 40.0 + 50.0 * size + wobble))
+        first = 0.3 + 0.55 * unit(key, "memory", replica)
+        shares.append(first if replica == 0 else 0.1 + 0.2 * size)
+    scale = min(1.0, 0.95 / sum(shares)) if shares else 1.0
+    out: list[tuple[float, int]] = []
+    for r, hashed_sm, share in zip(replicas, sms, shares, strict=True):
+        w = r.workload
+        mib = int(total_mib * share * scale)
+        sm = hashed_sm
+        if w is not None and w["used_memory_mib"] is not None:
+            mib = w["used_memory_mib"]
+        if w is not None and w["sm_percent"] is not None:
+            sm = float(w["sm_percent"])
+        out.append((sm, mib))
+    return out
+
+
 def _load(
     key: str,
     total_mib: int,
     procs: list[tuple[int, int]],
-    busy: int,
+    replicas: list[Replica],
     now: float | None,
 ) -> Load:
-    """Processes (sm %, MiB) plus `busy` synthetic workloads; `now=None`: without jitter."""
-    sm = float(sum(p[0] for p in procs))
-    used = sum(p[1] for p in procs)
-    share = 0.0
-    for replica in range(busy):
-        size = unit(key, "workload", replica)
-        wobble = 0.0 if now is None else 8.0 * jitter(now, key, "sm", replica)
-        sm += max(1.0, 40.0 + 50.0 * size + wobble)
-        share += (0.3 + 0.55 * unit(key, "memory", replica)) if replica == 0 else 0.1 + 0.2 * size
-    used += int(total_mib * min(share, 0.95))
+    """Processes (sm %, MiB) plus the replicas' workloads; `now=None`: without jitter."""
+    work = _synthetic(key, total_mib, replicas, now)
+    sm = float(sum(p[0] for p in procs)) + sum(w[0] for w in work)
+    used = sum(p[1] for p in procs) + sum(w[1] for w in work)
     return Load(key, min(100.0, sm), min(total_mib, used), total_mib)
 
 
-def _busy(state: NodeState, uuids: list[str]) -> int:
-    marks = state.get("busy", {})
-    return sum(int(marks.get(u, 0)) for u in uuids)
+def _entities(state: NodeState, gpu: GpuState) -> list[tuple[str, int, list[str], int | None]]:
+    """(jitter key, memory, device UUIDs, GI id) of each load-carrying entity of the GPU."""
+    model = get_model(gpu["model"])
+    if not (gpu["mig_current"] and model.mig and gpu["gpu_instances"]):
+        return [(gpu["uuid"], model.memory_mib, [gpu["uuid"]], None)]
+    mig = model.mig
+    return [
+        (
+            f"{gpu['uuid']}/gi{gi['id']}",
+            mig.profile_by_id(gi["profile_id"]).memory_mib,
+            [c["uuid"] for c in sorted(gi["compute_instances"], key=lambda c: c["id"])],
+            gi["id"],
+        )
+        for gi in sorted(gpu["gpu_instances"], key=lambda g: g["id"])
+    ]
+
+
+def pod_processes(state: NodeState, gpu: GpuState, now: float | None) -> list[PodProcess]:
+    """The pod processes the simulated kubelet named on this GPU, with their figures."""
+    out: list[PodProcess] = []
+    for key, total, uuids, _ in _entities(state, gpu):
+        replicas = _replicas(state, uuids)
+        for r, (sm, mib) in zip(replicas, _synthetic(key, total, replicas, now), strict=True):
+            if r.workload is not None:
+                out.append(PodProcess(r.workload["pid"], r.uuid, mib, sm))
+    return out
 
 
 def entity_loads(
@@ -167,21 +246,22 @@ def entity_loads(
     model = get_model(gpu["model"])
     if not (gpu["mig_current"] and model.mig and gpu["gpu_instances"]):
         procs = [(p["sm_percent"], p["used_memory_mib"]) for p in gpu["processes"]]
-        return _load(gpu["uuid"], model.memory_mib, procs, _busy(state, [gpu["uuid"]]), now), []
+        replicas = _replicas(state, [gpu["uuid"]])
+        return _load(gpu["uuid"], model.memory_mib, procs, replicas, now), []
     mig = model.mig
+    assert mig is not None
     instances: list[tuple[int, Load]] = []
     sm = 0.0
     used = 0
-    for gi in sorted(gpu["gpu_instances"], key=lambda g: g["id"]):
+    for key, total, uuids, gi_id in _entities(state, gpu):
+        assert gi_id is not None
+        gi = next(g for g in gpu["gpu_instances"] if g["id"] == gi_id)
         profile = mig.profile_by_id(gi["profile_id"])
         procs = [
-            (p["sm_percent"], p["used_memory_mib"]) for p in gpu["processes"] if p["gi"] == gi["id"]
+            (p["sm_percent"], p["used_memory_mib"]) for p in gpu["processes"] if p["gi"] == gi_id
         ]
-        uuids = [c["uuid"] for c in gi["compute_instances"]]
-        load = _load(
-            f"{gpu['uuid']}/gi{gi['id']}", profile.memory_mib, procs, _busy(state, uuids), now
-        )
-        instances.append((gi["id"], load))
+        load = _load(key, total, procs, _replicas(state, uuids), now)
+        instances.append((gi_id, load))
         sm += load.sm_percent * profile.compute_slices / mig.compute_slices
         used += load.used_mib
     used += sum(p["used_memory_mib"] for p in gpu["processes"] if p["gi"] is None)

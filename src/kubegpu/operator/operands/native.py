@@ -128,6 +128,8 @@ def device_plugin(ctx: RenderContext) -> list[Obj]:
             volume_mount("mps-root", ctx.mps_root),
             volume_mount("driver-install-dir", "/driver-root", read_only=True),
             volume_mount("cdi-root", CDI_DIR),
+            # which pod holds an allocated device: its isolation annotation (docs/exporter.md)
+            volume_mount("pod-resources", "/var/lib/kubelet/pod-resources", read_only=True),
             *config_mounts,
         ],
         privileged=True,
@@ -143,6 +145,7 @@ def device_plugin(ctx: RenderContext) -> list[Obj]:
             host_path_volume("mps-root", ctx.mps_root),
             host_path_volume("driver-install-dir", ctx.driver_root, ""),
             host_path_volume("cdi-root", CDI_DIR),
+            host_path_volume("pod-resources", f"{ctx.kubelet_root}/pod-resources", ""),
             *config_volumes,
         ],
         runtime_class=True,
@@ -183,6 +186,9 @@ def mps_control_daemon(ctx: RenderContext) -> list[Obj]:
     return [*ctx.rbac(), ds]
 
 
+HOST_PROC = "/host/proc"
+
+
 def dcgm_exporter(ctx: RenderContext) -> list[Obj]:
     e = ctx.spec.dcgmExporter
     env = [
@@ -208,6 +214,11 @@ def dcgm_exporter(ctx: RenderContext) -> list[Obj]:
         host_path_volume("run-nvidia-validations", VALIDATIONS_DIR),
         *gpu_volumes,
     ]
+    if e.process_metrics():
+        # which pod a GPU process runs in: its cgroup, in the host's /proc (docs/exporter.md)
+        env.append(env_var("KUBEGPU_EXPORTER_PROC_ROOT", HOST_PROC))
+        mounts.append(volume_mount("host-proc", HOST_PROC, read_only=True))
+        volumes.append(host_path_volume("host-proc", "/proc", ""))
     objects: list[Obj] = []
     if e.config and e.config.name:
         env.append(env_var("DCGM_EXPORTER_COLLECTORS", "/etc/dcgm-exporter/dcgm-metrics.csv"))

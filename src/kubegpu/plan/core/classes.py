@@ -28,13 +28,13 @@ and breaks the ties; when it does not, its answer and bound stand, not proven op
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 import highspy
 
-from kubegpu.plan.core.exact import Model, highs_bound, run_model
+from kubegpu.plan.core.budget import Budget
+from kubegpu.plan.core.exact import Model, highs_bound, run_model, settle, spent
 from kubegpu.plan.core.problem import Bin, Problem
 from kubegpu.plan.core.solution import BinPlan, Placement, Solution, evaluate, verify
 
@@ -238,22 +238,22 @@ def solve_classes(
     *,
     time_limit: float = 30.0,
     node_limit: int = 10_000,
+    budget: Budget | None = None,
 ) -> Solution | None:
     """The class programme's solution split into bins; None when the split fails (then the
-    per-bin programme must decide)."""
-    began = time.monotonic()
+    per-bin programme must decide). `budget` (default: `time_limit` CPU seconds) bounds it."""
+    budget = budget or Budget(time_limit)
     cls = classes(problem)
     m, cols = _build(problem, cls)
     n = len(m.cost)
     first = None if start is None else _start(problem, cls, cols, start, n)
     rough = floored(m)
-    h = run_model(m if rough is None else rough, time_limit, node_limit, first)
+    h = run_model(m if rough is None else rough, budget, node_limit, first)
     proven = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
     bound = highs_bound(h, cols.const)  # floored costs never exceed the true ones: a bound
-    left = time_limit - (time.monotonic() - began)
-    if rough is not None and proven and left >= MIN_POLISH_S:
+    if rough is not None and proven and budget.left() >= MIN_POLISH_S and not budget.spent():
         found = _values(h, n)
-        h = run_model(m, left, node_limit, found if found is not None else first)
+        h = run_model(m, budget, node_limit, found if found is not None else first)
         proven = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
         polished = highs_bound(h, cols.const)
         if polished is not None and (bound is None or polished > bound):
@@ -269,19 +269,15 @@ def solve_classes(
     if sol is None or verify(problem, sol):
         return None
     sol.objective = evaluate(problem, sol)
-    sol.optimal = proven
-    sol.bound = sol.objective if sol.optimal else bound
     sol.note = (
         f"HiGHS on {len(cls)} node classes: {h.modelStatusToString(status)}, "
-        f"{info.mip_node_count} nodes"
+        f"{info.mip_node_count} nodes{spent(budget)}"
     )
     if start is not None and start.objective < sol.objective - 1e-7:
         # HiGHS's optimum is optimal within its gap tolerance, and the start is better
         # still (by tie-breakers): the start is then as proven, and no bound exceeds it
-        start.bound = None if sol.bound is None else min(sol.bound, start.objective)
-        start.optimal = sol.optimal
-        return start
-    return sol
+        return settle(start, bound, proven=proven)
+    return settle(sol, bound, proven=proven)
 
 
 def _split(

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
+from kubegpu.plan.core.budget import Budget
 from kubegpu.plan.core.problem import Problem
 from kubegpu.plan.core.solution import BinPlan, Placement, Solution, evaluate, verify
 
@@ -78,13 +79,28 @@ def _highs() -> highspy.Highs:
 
 
 def run_model(
-    m: Model, time_limit: float, node_limit: int, start: list[float] | None = None
+    m: Model, budget: Budget, node_limit: int, start: list[float] | None = None
 ) -> highspy.Highs:
-    """Solve a model with HiGHS: one thread, a fixed seed, `start` as the first incumbent."""
+    """Solve a model with HiGHS: one thread, a fixed seed, `start` as the first incumbent;
+    it stops when the budget's CPU time is spent (checked between branch-and-bound steps)
+    or its wall-clock ceiling passes (HiGHS's own time limit)."""
     h = _highs()
     h.setOptionValue("threads", 1)
     h.setOptionValue("random_seed", 0)
-    h.setOptionValue("time_limit", float(time_limit))
+    h.setOptionValue("time_limit", max(1e-3, budget.wall_left()))
+
+    def interrupt(
+        _kind: highspy.cb.HighsCallbackType,
+        _message: str,
+        _out: highspy.cb.HighsCallbackOutput,
+        into: highspy.cb.HighsCallbackInput,
+        _data: object,
+    ) -> None:
+        if budget.left() <= 0:
+            into.user_interrupt = True
+
+    h.setCallback(interrupt, None)
+    h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
     h.setOptionValue("mip_max_nodes", int(node_limit))
     h.setOptionValue("mip_rel_gap", 1e-6)
     lp = highspy.HighsLp()
@@ -135,7 +151,10 @@ def solve_exact(
     *,
     time_limit: float = 30.0,
     node_limit: int = 1_000,
+    budget: Budget | None = None,
 ) -> Solution:
+    """The per-bin programme; `budget` (default: `time_limit` CPU seconds) bounds it."""
+    budget = budget or Budget(time_limit)
     m = Model([], [], [], [], [])
     inf = highspy.kHighsInf
     v: dict[tuple[int, str], int] = {}
@@ -222,7 +241,7 @@ def solve_exact(
     n = len(m.cost)
     h = run_model(
         m,
-        time_limit,
+        budget,
         node_limit,
         None if start is None else _start_values(problem, start, n, v, opened, z, y, x),
     )
@@ -235,16 +254,38 @@ def solve_exact(
         return start
     sol = _read(problem, values, v, z, y, x)
     sol.objective = evaluate(problem, sol)
-    sol.optimal = status == highspy.HighsModelStatus.kOptimal
-    sol.bound = highs_bound(h, const)
-    if sol.optimal:
+    proven = status == highspy.HighsModelStatus.kOptimal
+    bound = highs_bound(h, const)
+    sol.note = f"HiGHS {h.modelStatusToString(status)}, {info.mip_node_count} nodes" + spent(budget)
+    if verify(problem, sol):  # HiGHS's answer does not hold: only its bound is of use
+        if start is None:
+            raise RuntimeError(f"HiGHS's solution breaks the problem's rules ({sol.note})")
+        return settle(start, bound, proven=False)
+    if start is not None and start.objective < sol.objective - 1e-7:
+        # HiGHS stopped on a worse plan; if it proved that plan optimal (within its gap
+        # tolerance), the start, better still, is optimal too
+        return settle(start, bound, proven=proven)
+    return settle(sol, bound, proven=proven)
+
+
+def spent(budget: Budget) -> str:
+    """The CPU and wall-clock time a search took, for the plan's note."""
+    text = f", {budget.used():.1f} s CPU in {budget.elapsed():.1f} s"
+    if budget.starved():
+        text += " (stopped by the wall clock: the machine was busy)"
+    return text
+
+
+def settle(sol: Solution, bound: float | None, *, proven: bool) -> Solution:
+    """Give a solution its bound: never above its own cost (HiGHS's bound holds within its
+    tolerances, and a plan costs what it costs), and equal to it when proven optimal."""
+    sol.optimal = proven
+    if proven:
         sol.bound = sol.objective
-    sol.note = f"HiGHS {h.modelStatusToString(status)}, {info.mip_node_count} nodes"
-    worse = start is not None and start.objective < sol.objective - 1e-7
-    if start is not None and (worse or verify(problem, sol)):
-        start.bound = sol.bound
-        start.optimal = sol.optimal and abs(start.objective - sol.objective) < 1e-7
-        return start
+    elif bound is None:
+        sol.bound = None
+    else:
+        sol.bound = min(bound, sol.objective)
     return sol
 
 

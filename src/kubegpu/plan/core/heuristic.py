@@ -18,6 +18,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from kubegpu.plan.core.budget import Budget
 from kubegpu.plan.core.problem import Bin, Problem, Use
 from kubegpu.plan.core.reporter import BaseReporter
 from kubegpu.plan.core.solution import BinPlan, Placement, Solution, evaluate
@@ -96,14 +97,23 @@ class _Static:
         cls_of = [b.cls or b.key for b in problem.bins]
         self.slots_for: dict[tuple[int, int], set[str]] = defaultdict(set)
         self.share: dict[tuple[int, int], float] = {}
+        sizes = problem.slot_sizes
+        # demands of one shape share their uses' tuples: each tuple is read once
+        seen: dict[int, tuple[frozenset[str], float]] = {}
         for (d, o, c), uses in problem.uses.by_class.items():
             classes_for[d, o].add(c)
             opts[d].add(o)
-            for u in uses:
-                self.slots_for[d, o].add(u.slot)
-                size = u.amount * problem.slot_sizes.get(u.slot, 1.0)
-                self.share[d, o] = min(self.share.get((d, o), math.inf), size)
-                fp[d] = min(fp[d], u.amount * problem.slot_sizes.get(u.slot, 1.0))
+            known = seen.get(id(uses))
+            if known is None:
+                known = seen[id(uses)] = (
+                    frozenset(u.slot for u in uses),
+                    min(u.amount * sizes.get(u.slot, 1.0) for u in uses),
+                )
+            slots, size = known
+            self.slots_for[d, o].update(slots)
+            if size < self.share.get((d, o), math.inf):
+                self.share[d, o] = size
+            fp[d] = min(fp[d], size)
         self.class_sets = {k: frozenset(v) for k, v in classes_for.items()}
         self.class_of = problem.class_of
         members = problem.members
@@ -137,6 +147,14 @@ class _Static:
                     self.first_need[d] = (u.slot, u.amount * dem.quantity)
                     break
         self.initial = [_initial(b) for b in problem.bins]
+        # per slot, the most of it any pattern offers: a pattern's value reads how much of a
+        # slot is wanted only up to this, so wants above it are all alike (see _grow)
+        self.slot_cap: dict[str, int] = defaultdict(int)
+        for group in members:
+            for g in problem.bins[group[0]].groups:
+                for pat in g.patterns:
+                    for s, k in pat.offers:
+                        self.slot_cap[s] = max(self.slot_cap[s], k)
         self.opening: dict[tuple[str, str, int], float] = {}
         self._offering: dict[tuple[str, int], dict[str, list[_Offer]]] = {}
 
@@ -186,6 +204,9 @@ class Greedy:
         self.need: dict[str, int] = defaultdict(int)
         for slot, amount in self.first_need.values():
             self.need[slot] += amount
+        # _grow's pattern choices, valid while no want changes below a slot's cap
+        self._picks: dict[tuple[object, ...], int | None] = {}
+        self._splits: dict[tuple[int, float], tuple[tuple[Use, ...], tuple[Use, ...]]] = {}
         # indexes kept current on commit: bins with free slots, open bins with free units,
         # and the closed bins of each class (lowest index first)
         self.with_free: dict[str, set[int]] = defaultdict(set)
@@ -232,15 +253,13 @@ class Greedy:
             t.placed += k
         return remaining - k
 
-    def _pattern_for(self, t: _Trial, b: int, gi: int, u: Use, remaining: int) -> int | None:
-        st = self._read(t, b)
+    def _pick(self, b: int, gi: int, u: Use, bin_modes: frozenset[str], wanted: int) -> int | None:
         best: tuple[float, int, float, int] | None = None
         chosen = None
-        wanted = remaining * u.amount - max(0, st.free.get(u.slot, 0))
         need = self.need
         table = self.static.offering(self.p, b, gi)
         for pi, own, modes, cost, offers in table.get(u.slot, ()):
-            if modes is not None and not (modes & st.modes):
+            if modes is not None and not (modes & bin_modes):
                 continue
             value = 0.0
             for s, k, size in offers:
@@ -270,21 +289,45 @@ class Greedy:
         t.configured.append((b, gi, pi, n))
 
     def _grow(self, t: _Trial, b: int, uses: tuple[Use, ...], remaining: int) -> int:
-        bn = self.p.bins[b]
+        """New units of bin b for the items left, each in the pattern that covers most of
+        what is wanted. The choice is memoised: it depends only on the bin's class, group
+        and modes and on the wants as far as any pattern can serve them (`slot_cap`)."""
+        groups = self.p.bins[b].groups
+        touched = t.touched
+        picks = self._picks
+        need = self.need
+        static = self.static
+        cls = static.cls_of[b]
         for u in uses:
-            for gi in range(len(bn.groups)):
-                while remaining > 0 and self._read(t, b).free_units[gi] > 0:
-                    pi = self._pattern_for(t, b, gi, u, remaining)
+            slot, amount = u.slot, u.amount
+            cap = static.slot_cap[slot]
+            for gi in range(len(groups)):
+                while remaining > 0:
+                    st = touched.get(b) or self.state[b]
+                    if st.free_units[gi] <= 0:
+                        break
+                    wanted = remaining * amount - max(0, st.free.get(slot, 0))
+                    key = (
+                        cls, gi, slot, st.modes,
+                        max(0, min(need.get(slot, 0) + wanted, cap)), min(max(wanted, 0), cap),
+                    )  # fmt: skip
+                    pi = picks.get(key, -1)
+                    if pi == -1:
+                        pi = picks[key] = self._pick(b, gi, u, st.modes, wanted)
                     if pi is None:
                         break
-                    st = self._read(t, b)
-                    offer = bn.groups[gi].patterns[pi].offered(u.slot)
-                    missing = remaining * u.amount - max(0, st.free.get(u.slot, 0))
-                    units = max(1, math.ceil(missing / offer))
+                    offer = groups[gi].patterns[pi].offered(slot)
+                    units = max(1, math.ceil(wanted / offer))
                     # the last unit may want another pattern: configure it on its own
                     n = min(units - 1 if units > 1 else 1, st.free_units[gi])
                     self._configure(t, b, gi, pi, n)
-                    remaining = self._take(t, b, u, remaining)
+                    st = touched[b]
+                    k = min(remaining, max(0, st.free.get(slot, 0)) // amount)
+                    if k:
+                        st.free[slot] -= k * amount
+                        t.placements.append((b, slot, k))
+                        t.placed += k
+                        remaining -= k
                 if remaining == 0:
                     return 0
         return remaining
@@ -294,7 +337,7 @@ class Greedy:
         remaining = quantity
         member = self.static.class_sets.get((d, o), frozenset())
         class_of = self.static.class_of
-        uses = self.p.uses
+        by_class = self.p.uses.by_class
         candidates: set[int] = set()
         for slot in self.static.slots_for.get((d, o), ()):
             candidates |= self.with_free.get(slot, set())
@@ -306,7 +349,7 @@ class Greedy:
         sizes = self.p.slot_sizes
         later: list[tuple[int, Use]] = []
         for b in sorted(b for b in candidates if class_of[b] in member):
-            for u in uses[d, o, b]:
+            for u in by_class[d, o, class_of[b]]:
                 if u.amount * sizes.get(u.slot, 1.0) > limit:
                     later.append((b, u))
                     continue
@@ -316,8 +359,7 @@ class Greedy:
         grow_later: list[tuple[int, tuple[Use, ...]]] = []
         # more units in bins already open
         for b in sorted(b for b in self.open_with_units if class_of[b] in member):
-            dense = tuple(u for u in uses[d, o, b] if u.amount * sizes.get(u.slot, 1.0) <= limit)
-            loose = tuple(u for u in uses[d, o, b] if u not in dense)
+            dense, loose = self._split(d, o, class_of[b], limit)
             if loose:
                 grow_later.append((b, loose))
             if dense:
@@ -329,10 +371,10 @@ class Greedy:
         for c, closed in self.closed.items():
             if closed and c in member:
                 first = closed[-1]
-                classes.append((self._opening_cost(first, uses[d, o, first][0]), first, c))
+                classes.append((self._opening_cost(first, by_class[d, o, c][0]), first, c))
         for _, _, c in sorted(classes):
             for b in reversed(self.closed[c]):
-                remaining = self._grow(t, b, uses[d, o, b], remaining)
+                remaining = self._grow(t, b, by_class[d, o, c], remaining)
                 if remaining == 0:
                     return t
         for b, u in later:  # larger free slots, when nothing else is left
@@ -344,6 +386,20 @@ class Greedy:
             if remaining == 0:
                 return t
         return t
+
+    def _split(
+        self, d: int, o: int, c: int, limit: float
+    ) -> tuple[tuple[Use, ...], tuple[Use, ...]]:
+        """A class's uses for (d, o): those no larger than `limit`, and the rest."""
+        uses = self.p.uses.by_class[d, o, c]
+        key = (id(uses), limit)  # demands of one shape share their uses' tuples
+        found = self._splits.get(key)
+        if found is None:
+            sizes = self.p.slot_sizes
+            dense = tuple(u for u in uses if u.amount * sizes.get(u.slot, 1.0) <= limit)
+            loose = tuple(u for u in uses if u not in dense)
+            found = self._splits[key] = (dense, loose)
+        return found
 
     def _opening_cost(self, b: int, u: Use) -> float:
         """Cost per item of opening bin b for this use (bin cost spread over its capacity)."""
@@ -369,7 +425,8 @@ class Greedy:
         need = dict(self.need)
         for b, st in sorted(t.touched.items()):
             before = self.state[b].free
-            for s, n in sorted(st.free.items()):
+            grown = [(s, n) for s, n in st.free.items() if n > 0 and n > before.get(s, 0)]
+            for s, n in sorted(grown):
                 extra = n - max(0, before.get(s, 0))
                 if extra > 0 and need.get(s, 0) > 0:
                     used = min(extra, need[s])
@@ -396,12 +453,14 @@ class Greedy:
         """What narrowing bins' modes costs later demands: nothing while the rest of the
         fleet can still take what they want, otherwise the free units that can no longer
         offer a slot someone still wants (as far as the rest falls short)."""
-        wanted = sum(n * self.p.slot_sizes.get(s, 0.0) for s, n in need.items() if n > 0)
-        if wanted <= 0:
+        state = self.state
+        changed = [b for b, st in t.touched.items() if st.modes is not state[b].modes]
+        if not changed:  # most trials narrow no bin's modes
             return 0.0
         lost = 0.0
-        for b, st in sorted(t.touched.items()):
-            before = self.state[b].modes
+        for b in sorted(changed):
+            st = t.touched[b]
+            before = state[b].modes
             if st.modes == before:
                 continue
             bn = self.p.bins[b]
@@ -418,7 +477,10 @@ class Greedy:
                     ):
                         lost += free * bn.groups[gi].unit_cost
                         break
-        if lost <= 0:
+        if lost <= 0:  # most trials change no bin's modes: the sum below is skipped
+            return 0.0
+        wanted = sum(n * self.p.slot_sizes.get(s, 0.0) for s, n in need.items() if n > 0)
+        if wanted <= 0:
             return 0.0
         short = wanted - (self.free_value - lost)
         return min(max(short, 0.0), lost)
@@ -444,6 +506,13 @@ class Greedy:
             if st.opened and not was_open:
                 self.closed[self.static.class_of[b]].remove(b)
 
+    def _want_less(self, slot: str, amount: int) -> None:
+        cap = self.static.slot_cap[slot]
+        before = self.need[slot]
+        self.need[slot] = before - amount
+        if max(0, min(before, cap)) != max(0, min(before - amount, cap)):
+            self._picks.clear()  # a pattern's value may change
+
     # -- the pass -----------------------------------------------------------------------
 
     def run(self) -> tuple[list[int | None], list[Placement], list[tuple[int, int, int, int]]]:
@@ -458,7 +527,7 @@ class Greedy:
                 options = [] if f is None else [o for o in options if o == f]
             slot, amount = self.first_need.get(d, ("", 0))
             if slot:
-                self.need[slot] -= amount
+                self._want_less(slot, amount)
             self.future_weight -= dem.weight * dem.quantity
             self.future_eq -= self.fp[d] * dem.quantity
             best: tuple[float, int, _Trial] | None = None
@@ -522,15 +591,21 @@ def solve_heuristic(
     *,
     effort: int | None = None,
     deadline: float | None = None,
+    budget: Budget | None = None,
 ) -> Solution:
-    """The best of several greedy passes. `effort` caps the passes (default: by size)."""
+    """The best of several greedy passes. `effort` caps the passes (default: by size);
+    passes stop at `deadline` (time.monotonic) and when `budget` is spent."""
     size = len(problem.bins) * max(1, len(problem.demands))
     if effort is None:
         effort = 400 if size <= 500 else 100 if size <= 5_000 else 20 if size <= 20_000 else 1
     runs = 0
 
     def out_of_time() -> bool:
-        return runs >= effort or (deadline is not None and time.monotonic() > deadline)
+        return (
+            runs >= effort
+            or (deadline is not None and time.monotonic() > deadline)
+            or (budget is not None and budget.spent())
+        )
 
     static = _Static(problem)
 

@@ -1,0 +1,182 @@
+"""What a node's labels and the policy objects say, read the same way by every check.
+
+Pure functions over a `Snapshot`: the GPU model behind `nvidia.com/gpu.product`, the driver,
+whether MIG is on, and which device-plugin config a node runs (chosen as the device plugin
+chooses it: the node's label, else the policy's default, else a config named `default`, else
+the only one, else the built-in defaults).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from kubegpu.catalog import GpuModel, all_models, nvidia
+from kubegpu.catalog.models import parse_driver_version
+from kubegpu.doctor.snapshot import CustomObject, NodeInfo, Snapshot
+from kubegpu.mig.config import ConfigError, MigPartedConfig
+from kubegpu.mig.config import parse_config as parse_mig_config
+from kubegpu.sharing.config import PluginConfig, SharingConfigError, parse_config
+from kubegpu.sharing.labels import sanitise
+
+_MIG_COUNT = re.compile(re.escape(nvidia.MIG_RESOURCE_PREFIX) + r".+\.count$")
+MIG_PARTED_KEY = "config.yaml"
+
+
+def node_ref(node: NodeInfo | str) -> str:
+    return f"node/{node if isinstance(node, str) else node.name}"
+
+
+def gpu_model(node: NodeInfo) -> GpuModel | None:
+    """The catalog model whose sanitised product name starts `nvidia.com/gpu.product`
+    (which may carry `-MIG-...` or `-SHARED`); the longest match wins."""
+    return _model_of(node.labels.get(nvidia.GPU_PRODUCT, ""))
+
+
+@functools.lru_cache(maxsize=256)
+def _model_of(product: str) -> GpuModel | None:
+    if not product:
+        return None
+    best: GpuModel | None = None
+    for model in all_models():
+        name = sanitise(model.product_name)
+        if (product == name or product.startswith(name + "-")) and (
+            best is None or len(name) > len(sanitise(best.product_name))
+        ):
+            best = model
+    return best
+
+
+def driver(node: NodeInfo) -> str | None:
+    """The driver version GPU feature discovery reported, if it parses."""
+    version = node.labels.get(nvidia.CUDA_DRIVER_VERSION_FULL)
+    if not version:
+        return None
+    try:
+        parse_driver_version(version)
+    except ValueError:
+        return None
+    return version
+
+
+def is_gpu_node(node: NodeInfo) -> bool:
+    """A node with GPUs by any account: the operator's label, GFD's labels, NFD's PCI label
+    or an NVIDIA resource in its capacity."""
+    return (
+        node.gpu_present
+        or nvidia.GPU_PRODUCT in node.labels
+        or any(node.labels.get(k) == "true" for k in nvidia.NFD_GPU_LABELS)
+        or any(k.startswith(nvidia.PREFIX) and v not in ("", "0") for k, v in node.capacity.items())
+    )
+
+
+def wanted_mig_config(node: NodeInfo) -> str | None:
+    """The mig-parted config the node's label asks for, unless it is `all-disabled`."""
+    value = node.labels.get(nvidia.MIG_CONFIG)
+    return value if value and value != nvidia.MIG_ALL_DISABLED else None
+
+
+def mig_enabled(node: NodeInfo) -> bool:
+    """MIG is on (by GFD's labels) or applied (by the MIG manager's state)."""
+    product = node.labels.get(nvidia.GPU_PRODUCT, "")
+    if "-MIG-" in product:
+        return True
+    if any(_MIG_COUNT.match(k) and v not in ("", "0") for k, v in node.labels.items()):
+        return True
+    return wanted_mig_config(node) is not None and (
+        node.labels.get(nvidia.MIG_CONFIG_STATE) == nvidia.MIG_STATE_SUCCESS
+    )
+
+
+def spec_at(obj: CustomObject | None, *path: str) -> Any:
+    """`spec.a.b.c` of a policy object, None where any step is missing."""
+    node: Any = obj.spec if obj is not None else None
+    for key in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
+# --- the device-plugin config a node runs ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PluginChoice:
+    """Which config a node runs: its name (None: built-in defaults), the parsed config (None
+    when it cannot be read) and, when there is a problem, why."""
+
+    configmap: str | None
+    name: str | None
+    config: PluginConfig | None
+    error: str | None = None
+
+    @property
+    def shown(self) -> str:
+        return f"config {self.name!r}" if self.name else "the built-in defaults"
+
+
+def plugin_configmap(snapshot: Snapshot) -> tuple[str | None, str | None]:
+    """(ConfigMap name, default key) the ClusterPolicy gives the device plugin."""
+    policy = snapshot.cluster_policy
+    name = spec_at(policy, "devicePlugin", "config", "name")
+    default = spec_at(policy, "devicePlugin", "config", "default")
+    return (name or None, default or None) if isinstance(name, str) else (None, None)
+
+
+def plugin_config_of(snapshot: Snapshot, node: NodeInfo) -> PluginChoice:
+    """The device-plugin config `node` runs, chosen as the device plugin chooses it."""
+    cm_name, default = plugin_configmap(snapshot)
+    label = node.labels.get(nvidia.DEVICE_PLUGIN_CONFIG) or None
+    if cm_name is None:
+        return PluginChoice(None, None, PluginConfig())
+    cm = snapshot.config_map(cm_name)
+    configs = dict(cm.data) if cm is not None else {}
+    if label:
+        name: str | None = label
+    elif default:
+        name = default
+    elif "default" in configs:
+        name = "default"
+    elif len(configs) == 1:
+        name = next(iter(configs))
+    else:
+        return PluginChoice(cm_name, None, PluginConfig())
+    assert name is not None
+    if name not in configs:
+        return PluginChoice(cm_name, name, None, error="missing")
+    parsed, error = _plugin_config(configs[name], f"configmap {cm_name} key {name}")
+    return PluginChoice(cm_name, name, parsed, error)
+
+
+# A cluster's nodes share a handful of configs: each text is parsed once, not once per node.
+@functools.lru_cache(maxsize=64)
+def _plugin_config(text: str, source: str) -> tuple[PluginConfig | None, str | None]:
+    try:
+        return parse_config(text, source), None
+    except SharingConfigError as exc:
+        return None, str(exc)
+
+
+@functools.lru_cache(maxsize=64)
+def mig_parted_config(text: str, source: str) -> tuple[MigPartedConfig | None, str | None]:
+    """A mig-parted config file's text parsed (or why it cannot be), once per text."""
+    try:
+        return parse_mig_config(text, source), None
+    except ConfigError as exc:
+        return None, str(exc)
+
+
+def mig_parted_configmap(snapshot: Snapshot, node: NodeInfo) -> str:
+    """The ConfigMap the node's MIG manager takes its layouts from: the ClusterPolicy's
+    `spec.migManager.config.name`; else the layouts it generated for the node's GPUs
+    (`<node>-mig-config`) once it has; else the chart's default set."""
+    name = spec_at(snapshot.cluster_policy, "migManager", "config", "name")
+    if isinstance(name, str) and name:
+        return name
+    generated = node.name + nvidia.MIG_GENERATED_CONFIGMAP_SUFFIX
+    if snapshot.config_map(generated) is not None:
+        return generated
+    return nvidia.MIG_PARTED_DEFAULT_CONFIGMAP

@@ -1,0 +1,150 @@
+"""The change what-if tries: read strictly from the user's files and options, a planner's
+output directory included; a bad input names the file or option, the field and the value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kubegpu.catalog import nvidia
+from kubegpu.plan import make_plan, parse_input
+from kubegpu.plan.emit import render
+from kubegpu.whatif.change import (
+    Change,
+    ChangeError,
+    check_nodes,
+    label_change,
+    load_configmap,
+    load_plan_dir,
+    load_policy_patch,
+    merge_patch,
+    plan_policy_patch,
+)
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_merge_patch_follows_rfc_7386() -> None:
+    target = {"mig": {"strategy": "single"}, "devicePlugin": {"config": {"name": "a"}}}
+    patch = {"mig": {"strategy": None}, "devicePlugin": {"config": {"default": "x"}}}
+    assert merge_patch(target, patch) == {
+        "mig": {},
+        "devicePlugin": {"config": {"name": "a", "default": "x"}},
+    }
+
+
+def test_a_policy_patch_in_json_or_yaml_is_the_spec_to_merge(tmp_path: Path) -> None:
+    as_json = write(tmp_path, "p.json", '{"spec": {"mig": {"strategy": "mixed"}}}')
+    as_yaml = write(tmp_path, "p.yaml", "spec:\n  mig:\n    strategy: mixed\n")
+    assert (
+        load_policy_patch(as_json) == load_policy_patch(as_yaml) == {"mig": {"strategy": "mixed"}}
+    )
+
+
+def test_a_policy_patch_that_touches_more_than_the_spec_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "p.yaml", "spec: {}\nstatus: {state: ready}\n")
+    with pytest.raises(ChangeError, match=r"p.yaml: field status.*Extra inputs"):
+        load_policy_patch(path)
+
+
+def test_a_configmap_manifest_gives_its_name_and_data(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plugin-configs}\n"
+        "data:\n  ts: 'version: v1'\n",
+    )
+    cm = load_configmap(path)
+    assert (cm.name, cm.data) == ("plugin-configs", {"ts": "version: v1"})
+
+
+def test_a_configmap_whose_data_is_not_text_names_the_field(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {replicas: 4}\n",
+    )
+    with pytest.raises(ChangeError, match=r"cm.yaml: field data.replicas, value 4"):
+        load_configmap(path)
+
+
+def test_label_options_become_node_labels() -> None:
+    change = label_change(["gpu-1=all-1g.10gb"], ["gpu-1=time-sliced", "gpu-2=mps"])
+    assert change.labels == {
+        "gpu-1": {nvidia.MIG_CONFIG: "all-1g.10gb", nvidia.DEVICE_PLUGIN_CONFIG: "time-sliced"},
+        "gpu-2": {nvidia.DEVICE_PLUGIN_CONFIG: "mps"},
+    }
+
+
+@pytest.mark.parametrize("bad", ["gpu-1", "=x", "gpu-1=", "gpu-1=bad value"])
+def test_a_label_option_that_is_not_node_equals_value_is_refused(bad: str) -> None:
+    with pytest.raises(ChangeError, match="--mig-config"):
+        label_change([bad], [])
+
+
+def test_a_node_the_snapshot_does_not_have_is_an_error_not_a_no_op() -> None:
+    change = label_change(["gpu-9=all-disabled"], [])
+    with pytest.raises(ChangeError, match="node 'gpu-9': not in the snapshot"):
+        check_nodes(change, ["gpu-1", "gpu-2"])
+
+
+def test_later_changes_win_when_combined() -> None:
+    first = Change(policy_patch={"mig": {"strategy": "single"}}, labels={"a": {"k": "1"}})
+    second = Change(policy_patch={"mig": {"strategy": "mixed"}}, labels={"a": {"k": "2"}})
+    combined = first.combine(second)
+    assert combined.policy_patch == {"mig": {"strategy": "mixed"}}
+    assert combined.labels == {"a": {"k": "2"}}
+
+
+def test_an_empty_mig_strategy_in_plan_values_removes_the_key() -> None:
+    values = {"mig": {"strategy": ""}, "devicePlugin": {"config": {"name": "p"}}, "other": 1}
+    assert plan_policy_patch(values) == {
+        "mig": {"strategy": None},
+        "devicePlugin": {"config": {"name": "p"}},
+    }
+
+
+PLAN = """\
+fleet:
+  - name: gpu-h100
+    gpus: h100-80gb:1
+workloads:
+  - name: chat
+    replicas: 7
+    memory: 9GiB
+    compute: 0.1
+"""
+
+
+def test_a_planner_output_directory_is_its_configmaps_values_and_labels(tmp_path: Path) -> None:
+    plan = make_plan(parse_input(PLAN, "plan.yaml"))
+    out = tmp_path / "out"
+    for rel, text in render(plan).items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(text)
+    change = load_plan_dir(out)
+    assert sorted(c.name for c in change.config_maps) == [
+        "kubegpu-plan-device-plugin-config",
+        "kubegpu-plan-mig-parted-config",
+    ]
+    assert change.policy_patch is not None
+    assert change.policy_patch["migManager"]["config"]["name"] == "kubegpu-plan-mig-parted-config"
+    labels = change.labels["gpu-h100"]
+    assert labels[nvidia.MIG_CONFIG] == plan.nodes[0].mig_config
+    assert labels[nvidia.DEVICE_PLUGIN_CONFIG] == plan.nodes[0].device_plugin_config
+
+
+def test_a_directory_without_the_planner_files_is_refused_naming_them(tmp_path: Path) -> None:
+    (tmp_path / "plan.json").write_text("{}")
+    with pytest.raises(ChangeError, match=r"missing mig-parted-configmap\.yaml"):
+        load_plan_dir(tmp_path)
+
+
+def test_the_readme_example_patch_loads() -> None:
+    example = Path(__file__).parents[2] / "examples/what-if/mixed-strategy.yaml"
+    assert load_policy_patch(example) == {"mig": {"strategy": "mixed"}}
