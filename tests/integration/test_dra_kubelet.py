@@ -191,7 +191,7 @@ async def test_a_plugin_registers_and_a_restarted_kubelet_gets_its_slices_again(
     # once a driver's last plugin is gone, its slices go too (after the wiping delay)
     node.dra.wipe_delay_s = 0.5
     await plugin.stop()
-    await eventually(lambda: _no_slices(akube, driver, node.name), timeout=10)
+    await eventually(lambda: _no_slices(akube, driver, node.name))
     assert driver not in node.dra.plugins
 
 

@@ -431,6 +431,8 @@ async def test_operand_pods_that_do_not_go_fail_the_change_and_restore_the_label
     await e["start"]()
     await label(akube, node.name, "all-1g.18gb")
     assert await settled(akube, node.name) == "failed"
+    # the recorder's watch may lag the read that saw "failed"
+    await eventually(lambda: _state_after(akube, node.name, e["recorder"], 2))
     assert e["recorder"].states == ["pending", "failed"]
     assert await deploy_labels(akube, node.name) == before
     assert layout(node) == [None] * 8
