@@ -33,7 +33,7 @@ from kubegpu.operator import labels as node_labels
 from kubegpu.operator.operands import dra, native, upstream
 from kubegpu.operator.operands.context import ClusterFacts, Obj, RenderContext
 from kubegpu.operator.render import Rendered, render_states
-from kubegpu.operator.states import DCGM, DCGM_EXPORTER, OperandState
+from kubegpu.operator.states import DCGM, DCGM_EXPORTER, PRE_REQUISITES, OperandState
 from kubegpu.operator.status import (
     CLUSTER_POLICY_CONFLICT,
     EXCLUSIVE,
@@ -106,13 +106,7 @@ def dra_states(gc: GPUClusterSpec | None = None) -> tuple[OperandState, ...]:
     """The GPUCluster's states, in the order they are applied."""
     spec = gc or GPUClusterSpec()
     return (
-        OperandState(
-            "pre-requisites",
-            None,
-            None,
-            lambda s: not s.cdi.nriPluginEnabled,
-            upstream.pre_requisites,
-        ),
+        PRE_REQUISITES,
         OperandState(
             DRA_STATE,
             DRA_DAEMONSET,

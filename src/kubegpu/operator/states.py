@@ -50,14 +50,17 @@ def _sandbox(spec: ClusterPolicySpec) -> bool:
     return spec.sandbox_enabled
 
 
+# the first state of both the ClusterPolicy and the GPUCluster
+PRE_REQUISITES = OperandState(
+    "pre-requisites",
+    None,
+    None,
+    lambda s: not s.cdi.nriPluginEnabled,
+    upstream.pre_requisites,
+)
+
 STATES: tuple[OperandState, ...] = (
-    OperandState(
-        "pre-requisites",
-        None,
-        None,
-        lambda s: not s.cdi.nriPluginEnabled,
-        upstream.pre_requisites,
-    ),
+    PRE_REQUISITES,
     OperandState("state-operator-metrics", None, None, lambda s: True, upstream.operator_metrics),
     OperandState(
         "state-driver",
