@@ -18,6 +18,11 @@ in-process (sim.inprocess), and the operator in-process. Measured per N:
 - CPU seconds of the simulator and of each control-plane process per phase, and the
   simulator's RSS (memory per node, per in-process component).
 
+- exporters: every node's exporter scraped once after the install (each must answer for
+  its eight GPUs).
+
+BENCH_SCALE_LAST_PHASE (install, change, mig, pods; default: all) ends each run early;
+BENCH_SCALE_MERGE=1 keeps the other sizes of the last report on its table and curves.
 Writes bench/scale.md (a table, the limits, load average) and PNG plots beside it. Exits
 non-zero when a run did not converge; the targets (issue #15) are reported, not asserted.
 """
@@ -27,11 +32,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import re
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +49,7 @@ from typing import Any
 
 import httpx2 as httpx
 from lightkube import AsyncClient, KubeConfig
+from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import DaemonSet
@@ -55,15 +61,17 @@ from kubegpu.cli.app import root_command
 from kubegpu.kube.crds import crd_manifests
 from kubegpu.kube.policy import ClusterPolicyResource
 from kubegpu.operator.controller import FIELD_MANAGER, Operator, OperatorConfig
+from kubegpu.operator.operands.context import EXPORTER_PORT
 from kubegpu.operator.render import HASH_ANNOTATION
-from kubegpu.sim.controlplane import SIZE_PROFILES, ControlPlane, find_bin_dir
+from kubegpu.sim.controlplane import SIZE_PROFILES, ControlPlane
 from kubegpu.sim.node import SimNode, SimNodeConfig
 
 HERE = Path(__file__).parent
 SIZES = [int(n) for n in os.environ.get("BENCH_SCALE_NODES", "10,100,300,1000").split(",")]
 NAMESPACE = "gpu-operator"
 WORKLOADS = "scale-workloads"
-GPUS = "h100-80gb:8"
+GPUS_PER_NODE = 8
+GPUS = f"h100-80gb:{GPUS_PER_NODE}"
 PODS_PER_NODE = int(os.environ.get("BENCH_SCALE_PODS_PER_NODE", "8"))
 RELABEL_MAX = 100
 MIG_FLEET = "all-1g.10gb"
@@ -75,6 +83,9 @@ MIG_EXPECTED = {
     MIG_RELABEL: (f"{nvidia.MIG_RESOURCE_PREFIX}3g.40gb", 8 * 2),
 }
 TIMEOUT_S = float(os.environ.get("BENCH_SCALE_TIMEOUT_S", "1800"))
+# where a run stops: install (and the exporters' scrape), change, mig, pods or relabel
+# (everything); a 1,000-node run that must fit an afternoon can stop early
+LAST_PHASE = os.environ.get("BENCH_SCALE_LAST_PHASE", "relabel")
 INSTALL_TARGET_S = 60.0
 UPDATED_TARGET_S = 5.0
 POLICY: dict[str, Any] = {
@@ -93,8 +104,6 @@ STRATEGY_DAEMONSETS = (
     "gpu-feature-discovery",
     "nvidia-operator-validator",
 )
-_METRIC = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def _rss_mib() -> float:
@@ -119,26 +128,9 @@ class Probe:
     cp: ControlPlane
 
     def requests(self) -> Counter[str]:
-        out = subprocess.run(
-            [
-                str(find_bin_dir() / "kubectl"),
-                "--kubeconfig",
-                str(self.cp.kubeconfig_path),
-                "get",
-                "--raw",
-                "/metrics",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout
         counts: Counter[str] = Counter()
-        for line in out.splitlines():
-            m = _METRIC.match(line)
-            if m:
-                labels = dict(_LABEL.findall(m.group(1)))
-                counts[f"{labels.get('verb')} {labels.get('resource')}"] += int(float(m.group(2)))
+        for (verb, kind, _), n in self.cp.request_counts().items():
+            counts[f"{verb} {kind}"] += n
         return counts
 
     def cpu(self) -> dict[str, float]:
@@ -183,6 +175,7 @@ class Result:
     peak_label_patches_in_flight: int = 0
     pods_per_s: float | None = None
     pods_per_node: int = PODS_PER_NODE
+    exporters_answered: int | None = None
     failed: str | None = None
 
 
@@ -205,8 +198,11 @@ async def _until(check: Callable[[], Awaitable[bool]], timeout: float, interval:
 _DONE: list[Result] = []  # sizes measured so far: the report is rewritten after each phase
 
 
+_EARLIER: list[Result] = []  # other sizes kept from the last report (BENCH_SCALE_MERGE)
+
+
 def _checkpoint(result: Result) -> None:
-    write_report([*_DONE, result], HERE / "scale.md")
+    write_report(sorted([*_EARLIER, *_DONE, result], key=lambda r: r.nodes), HERE / "scale.md")
 
 
 async def _run_size(cp: ControlPlane, tmp: Path, size: int, result: Result) -> None:
@@ -270,6 +266,15 @@ async def _run_size(cp: ControlPlane, tmp: Path, size: int, result: Result) -> N
         if in_process:
             result.memory["per_component_mib"] = round((rss2 - rss1) / in_process, 2)
 
+        s2 = probe.snapshot()
+        result.exporters_answered = await scrape_exporters(nodes)
+        result.phases["scrape"] = Phase.between(s2, probe.snapshot())
+        _checkpoint(result)
+        if result.exporters_answered != size:
+            raise RuntimeError(f"{size - result.exporters_answered} exporter(s) did not answer")
+        if LAST_PHASE == "install":
+            return
+
         async def daemonsets() -> dict[str, dict[str, Any]]:
             return {
                 d.metadata.name: d.to_dict()  # type: ignore[union-attr]
@@ -309,6 +314,8 @@ async def _run_size(cp: ControlPlane, tmp: Path, size: int, result: Result) -> N
         s4 = probe.snapshot()
         result.phases["change_rolled_out"] = Phase.between(s2, s4)
         _checkpoint(result)
+        if LAST_PHASE == "change":
+            return
 
         async def mig_state(names: list[str], config: str) -> bool:
             """Every node labelled `config`, its MIG manager says `success`, and its device
@@ -351,6 +358,8 @@ async def _run_size(cp: ControlPlane, tmp: Path, size: int, result: Result) -> N
         s5 = probe.snapshot()
         result.phases["mig_fleet"] = Phase.between(s4, s5)
         _checkpoint(result)
+        if LAST_PHASE == "mig":
+            return
 
         total = size * PODS_PER_NODE
         s5 = probe.snapshot()
@@ -392,10 +401,21 @@ async def _run_size(cp: ControlPlane, tmp: Path, size: int, result: Result) -> N
         result.phases["pods"] = Phase.between(s5, s6)
         _checkpoint(result)
         result.pods_per_s = round(total / max(0.01, s6[2] - s5[2]), 1)
+        if LAST_PHASE == "pods":
+            return
         await client.deletecollection(Pod, namespace=WORKLOADS, grace_period=0)
 
         async def no_pods() -> bool:
-            return not [p async for p in client.list(Pod, namespace=WORKLOADS)]
+            """All gone; a pod the collection delete did not reach (an API server that
+            timed out part way through) is deleted on its own."""
+            left = [p async for p in client.list(Pod, namespace=WORKLOADS)]
+            for p in left:
+                if p.metadata and not p.metadata.deletionTimestamp:
+                    with contextlib.suppress(httpx.HTTPError, ApiError):
+                        await client.delete(
+                            Pod, str(p.metadata.name), namespace=WORKLOADS, grace_period=0
+                        )
+            return not left
 
         await _until(no_pods, TIMEOUT_S, interval)
 
@@ -431,6 +451,28 @@ async def _run_size(cp: ControlPlane, tmp: Path, size: int, result: Result) -> N
         await client.close()
 
 
+async def scrape_exporters(nodes: list[SimNode]) -> int:
+    """Scrape every node's exporter once, as Prometheus would; how many answered with a
+    utilisation series for each of the node's GPUs."""
+    gate = asyncio.Semaphore(32)
+
+    async def one(http: httpx.AsyncClient, node: SimNode) -> bool:
+        async with gate:
+            try:
+                reply = await http.get(f"http://{node.address}:{EXPORTER_PORT}/metrics")
+            except httpx.HTTPError:
+                return False
+        gpus = {
+            m.group(1)
+            for m in re.finditer(r'^DCGM_FI_DEV_GPU_UTIL\{[^}]*gpu="(\d+)"', reply.text, re.M)
+        }
+        return reply.status_code == 200 and len(gpus) == GPUS_PER_NODE
+
+    async with httpx.AsyncClient(timeout=60) as http:
+        answered = await asyncio.gather(*(one(http, n) for n in nodes))
+    return sum(answered)
+
+
 def _measure(size: int) -> Result:
     load = Path("/proc/loadavg").read_text().split()[:3]
     result = Result(size, " ".join(load))
@@ -460,8 +502,8 @@ def write_report(results: list[Result], out: Path) -> None:
     rows = [
         "| nodes | start | install -> ready | change -> updated | change -> rolled out | "
         "MIG all nodes | MIG pods Running (per node) | relabel 100 | API requests (install) | "
-        "operator requests (change) | sim RSS | per node | per component |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "operator requests (change) | exporters scraped | sim RSS | per node | per component |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def sec(r: Result, name: str) -> str:
@@ -477,6 +519,8 @@ def write_report(results: list[Result], out: Path) -> None:
             f"{sec(r, 'mig_relabel')} | "
             f"{install.requests if install else '-'} | "
             f"{sum(r.operator_change_requests.values()) if r.operator_change_requests else '-'} | "
+            f"{'-' if r.exporters_answered is None else r.exporters_answered}/{r.nodes}"
+            f" in {sec(r, 'scrape')} | "
             f"{r.memory.get('rss_mib', '-')} MiB | {r.memory.get('per_node_with_components_mib', '-')} MiB | "
             f"{r.memory.get('per_component_mib', '-')} MiB |"
         )
@@ -486,7 +530,15 @@ def write_report(results: list[Result], out: Path) -> None:
             f"- {r.nodes} nodes (load before: {r.load_before})"
             + (f": FAILED {r.failed}" if r.failed else "")
         )
-        for phase in ("start", "install", "change_rolled_out", "mig_fleet", "pods", "mig_relabel"):
+        for phase in (
+            "start",
+            "install",
+            "scrape",
+            "change_rolled_out",
+            "mig_fleet",
+            "pods",
+            "mig_relabel",
+        ):
             if phase in r.phases:
                 limits.append(
                     f"  - {phase}: busiest {_limit(r, phase)}; CPU s {r.phases[phase].cpu}"
@@ -612,15 +664,37 @@ def plot(results: list[Result], out_dir: Path) -> None:
     plt.close(fig)
 
 
+def _earlier() -> list[Result]:
+    """With BENCH_SCALE_MERGE=1, the sizes of the last report that this run does not
+    measure (so a long size can be run on its own and still land on the curves)."""
+    path = HERE / "scale.json"
+    if os.environ.get("BENCH_SCALE_MERGE") != "1" or not path.exists():
+        return []
+    out = []
+    for raw in json.loads(path.read_text()):
+        if raw["nodes"] in SIZES:
+            continue
+        raw["phases"] = {k: Phase(**v) for k, v in raw["phases"].items()}
+        out.append(Result(**raw))
+    return out
+
+
 def run() -> int:
-    results = []
+    # the simulator's own warnings (a status write sent again, a kubelet call that failed)
+    # belong in the run's output, not lost behind the in-process containers' log handler
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    _EARLIER[:] = _earlier()
+    results: list[Result] = []
     for size in SIZES:
         r = _measure(size)
         results.append(r)
         _DONE.append(r)
         print(json.dumps(asdict(r)), flush=True)
-        write_report(results, HERE / "scale.md")
-        plot(results, HERE)
+        report = sorted([*_EARLIER, *results], key=lambda x: x.nodes)
+        write_report(report, HERE / "scale.md")
+        plot(report, HERE)
     return 1 if any(r.failed for r in results) else 0
 
 

@@ -10,11 +10,13 @@ import pytest
 from typer.testing import CliRunner
 
 from kubegpu.cli import app
+from kubegpu.kube.podresources import HeldDevice, PodResourcesError
 from kubegpu.mig.config import parse_config
 from kubegpu.mig.parted import apply_config
-from kubegpu.mig_manager import cdi
+from kubegpu.mig_manager import cdi, manager
 from kubegpu.mig_manager.layouts import generate_for_node
 from kubegpu.mig_manager.manager import Failed, run_command, summarise
+from kubegpu.mig_manager.settings import MigManagerSettings
 from kubegpu.nvml.sim import SimNvml
 
 runner = CliRunner()
@@ -115,3 +117,36 @@ def test_the_command_line_speaks_upstream_environment_names() -> None:
     assert "not both" in result.stderr
     result = runner.invoke(app, ["mig-manager"], env={"NODE_NAME": ""})
     assert result.exit_code == 2  # NODE_NAME is required
+
+
+async def test_a_kubelet_slow_to_answer_is_asked_again_before_the_change_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kubelet busy restarting the pods a change stopped may miss one pod-resources
+    deadline; that alone must not mark the node's MIG config `failed`."""
+    answers: list[object] = []
+
+    async def ask(socket: Path) -> list[HeldDevice]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[return-value]
+
+    monkeypatch.setattr(manager, "list_held_devices", ask)
+    monkeypatch.setattr(manager, "POD_RESOURCES_BACKOFF_S", (0.0, 0.0, 0.0))
+    nvml = SimNvml.create(tmp_path / "gpus.json", "h100-80gb:2")
+    mig = manager.MigManager(MigManagerSettings(node_name="n"), None, nvml)  # type: ignore[arg-type]
+
+    answers[:] = [PodResourcesError("Deadline Exceeded")] * 2 + [[]]
+    await mig._check_busy([0, 1])  # nothing held: the change may go on
+    assert answers == []
+
+    answers[:] = [PodResourcesError("Deadline Exceeded")] * 3 + [
+        [HeldDevice("ml", "train", "main", "nvidia.com/gpu", nvml.device(1).uuid)]
+    ]
+    with pytest.raises(Failed, match="ml/train"):
+        await mig._check_busy([1])
+
+    answers[:] = [PodResourcesError("no kubelet at kubelet.sock")] * 4
+    with pytest.raises(Failed, match="cannot tell which pods hold GPUs: no kubelet"):
+        await mig._check_busy([0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from kubegpu.nvml import (
     parse_spec,
 )
 from kubegpu.nvml.sim import SimControls, SimNvml
+from kubegpu.nvml.sim.state import StateFile
 
 MakeNode = Callable[[str], SimNvml]
 
@@ -332,6 +334,45 @@ def test_injected_xid_is_delivered_once(sim_node: MakeNode) -> None:
     assert event is not None
     assert (event.device_index, event.type, event.xid) == (1, EventType.XID, 48)
     assert gpu.wait_for_event(0.05) is None
+
+
+def _inject_xid_elsewhere(path: str) -> None:
+    SimControls.of(SimNvml(Path(path))).inject_xid(0, 43)
+
+
+def test_a_waiter_sees_events_written_by_this_process_and_by_others(
+    sim_node: MakeNode, tmp_path: Path
+) -> None:
+    gpu = sim_node("h100-80gb:2")
+    other = threading.Timer(0.2, lambda: SimControls.of(gpu).inject_xid(1, 94))
+    other.start()
+    event = gpu.wait_for_event(30.0)  # woken by the write, not by the time running out
+    other.join()
+    assert event is not None and (event.device_index, event.xid) == (1, 94)
+    elsewhere = multiprocessing.get_context("spawn").Process(
+        target=_inject_xid_elsewhere, args=(str(gpu.store.path),)
+    )
+    elsewhere.start()
+    event = gpu.wait_for_event(30.0)
+    elsewhere.join()
+    assert event is not None and (event.device_index, event.xid) == (0, 43)
+
+
+def test_waiting_for_events_does_not_reread_an_unchanged_state(
+    sim_node: MakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thousand in-process nodes wait on their GPUs at once: waiting must cost nothing
+    while nothing happens (one read when the handle first waits, none after)."""
+    gpu = sim_node("l4:1")
+    reads = []
+    read = StateFile._read
+    monkeypatch.setattr(StateFile, "_read", lambda self: reads.append(1) or read(self))
+    assert gpu.wait_for_event(0.3) is None
+    assert gpu.wait_for_event(0.3) is None  # the device plugin waits again and again
+    assert len(reads) == 1
+    SimControls.of(gpu).inject_xid(0, 31)
+    event = gpu.wait_for_event(0.3)
+    assert event is not None and event.xid == 31
 
 
 def test_a_handle_only_sees_events_after_it_opened(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from kubegpu.doctor.snapshot import (
     CustomObject,
     DeviceInfo,
     EventInfo,
+    NodeInfo,
     PodInfo,
     ResourceSliceInfo,
     Snapshot,
@@ -156,6 +157,66 @@ def test_dra_and_the_device_plugin_on_one_node_is_an_error(demo: Snapshot) -> No
     (finding,) = run_checks(broken)
     assert (finding.check, finding.object) == ("dra-and-device-plugin", f"node/{L4_NODE}")
     assert "nvidia.com/gpu=16" in finding.evidence
+
+
+def without_gpus(node: NodeInfo) -> NodeInfo:
+    """The node as a cluster without NVIDIA's stack shows it: no NVIDIA or NFD PCI labels and
+    no NVIDIA resources."""
+
+    def kept(key: str) -> bool:
+        return not key.startswith(nvidia.PREFIX) and key not in nvidia.NFD_GPU_LABELS
+
+    return node.model_copy(
+        update={
+            "labels": {k: v for k, v in node.labels.items() if kept(k)},
+            "capacity": {k: v for k, v in node.capacity.items() if kept(k)},
+            "allocatable": {k: v for k, v in node.allocatable.items() if kept(k)},
+        }
+    )
+
+
+def test_a_cluster_without_a_gpu_node_is_a_warning_not_a_clean_report(demo: Snapshot) -> None:
+    # the demo cluster read through the wrong context, or before NFD and the operator labelled it
+    bare = demo.model_copy(update={"nodes": tuple(without_gpus(n) for n in demo.nodes)})
+    (finding,) = run_checks(bare)
+    assert (finding.check, finding.object) == ("no-gpu-nodes", "cluster")
+    assert finding.severity is Severity.WARNING
+    assert exit_code([finding]) == 1
+    assert "3 node(s) from sim" in finding.evidence
+    assert nvidia.GPU_PRESENT in finding.evidence and nvidia.NFD_PCI_NVIDIA in finding.evidence
+    assert "ClusterPolicy cluster-policy" in finding.evidence
+    assert "kubeconfig context" in finding.fix
+
+
+def test_a_cluster_of_cpu_nodes_only_says_it_has_no_stack_either() -> None:
+    snap = Snapshot(
+        source="kubeconfig kind-dev",
+        nodes=(NodeInfo(name="worker-1", labels={"kubernetes.io/os": "linux"}),),
+    )
+    (finding,) = run_checks(snap)
+    assert finding.check == "no-gpu-nodes"
+    assert "1 node(s) from kubeconfig kind-dev" in finding.evidence
+    assert "no ClusterPolicy or GPUCluster either" in finding.evidence
+
+
+def test_a_cluster_without_any_node_has_no_gpu_node() -> None:
+    (finding,) = run_checks(Snapshot())
+    assert finding.check == "no-gpu-nodes"
+    assert finding.summary.startswith("no GPU node among the 0 node(s)")
+
+
+@pytest.mark.parametrize(
+    "gpu_node",
+    [
+        NodeInfo(name="gpu-1", labels={nvidia.GPU_PRESENT: "true"}),
+        NodeInfo(name="gpu-1", labels={nvidia.GPU_PRODUCT: "NVIDIA-L4"}),
+        NodeInfo(name="gpu-1", labels={nvidia.NFD_PCI_NVIDIA: "true"}),
+        NodeInfo(name="gpu-1", capacity={nvidia.GPU_RESOURCE: "1"}),
+    ],
+)
+def test_one_node_seen_as_a_gpu_node_by_any_account_is_enough(gpu_node: NodeInfo) -> None:
+    snap = Snapshot(nodes=(NodeInfo(name="cpu-1"), gpu_node))
+    assert "no-gpu-nodes" not in {f.check for f in run_checks(snap)}
 
 
 @pytest.mark.parametrize(

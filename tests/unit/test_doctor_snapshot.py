@@ -105,6 +105,22 @@ def test_the_command_exits_2_on_errors_and_prints_json(tmp_path: Path) -> None:
     ]
 
 
+def test_the_command_warns_and_exits_1_on_a_cluster_without_a_gpu_node(tmp_path: Path) -> None:
+    """Checks that all pass because they saw no GPU are no clean bill of health."""
+    path = tmp_path / "cpu-only.json"
+    cpu_only = Snapshot(source="kubeconfig other", nodes=(NodeInfo(name="worker-1"),))
+    path.write_text(cpu_only.to_json())
+    result = runner.invoke(app, ["doctor", "--snapshot", str(path)])
+    assert result.exit_code == 1, result.output
+    assert "no problems found" not in result.output
+    assert "no-gpu-nodes" in result.output
+    assert "on 1 node(s), none of them a GPU node" in result.output
+    as_json = runner.invoke(app, ["doctor", "--snapshot", str(path), "--json"])
+    doc = json.loads(as_json.stdout)
+    assert (as_json.exit_code, doc["exit_code"], doc["warnings"]) == (1, 1, 1)
+    assert [f["check"] for f in doc["findings"]] == ["no-gpu-nodes"]
+
+
 def test_the_command_exits_3_when_there_is_nothing_to_check(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"nodes": 3}')

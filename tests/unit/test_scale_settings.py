@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from kubegpu.cli.app import root_command
 from kubegpu.kube.policy import parse_policy_spec
 from kubegpu.operator import labels
+from kubegpu.sim import inprocess
 from kubegpu.sim.cluster import ClusterFileError, SimCluster, load_cluster
 from kubegpu.sim.controlplane import SIZE_PROFILES, ControlPlaneSize
 from kubegpu.sim.inprocess import PathMap, in_process_command, listen_address, translate
@@ -138,3 +140,16 @@ def test_the_label_plan_lists_only_the_nodes_that_change() -> None:
     )
     assert list(plan) == ["gpu-a"]
     assert plan["gpu-a"][labels.GPU_PRESENT] == "true"
+
+
+def test_a_command_built_once_parses_every_containers_arguments_afresh() -> None:
+    """A thousand nodes start the same device plugin: its command is built once, and each
+    container's arguments are parsed from the start (parsing must not eat the shared list)."""
+    argv = ("device-plugin", "--mig-strategy", "mixed")
+    seen = []
+    for _ in range(3):
+        command, args, names = inprocess._command(root_command, argv)
+        ctx = command.make_context(" ".join(names), list(args))
+        seen.append((id(command), ctx.params["mig_strategy"]))
+    assert len({c for c, _ in seen}) == 1
+    assert [s for _, s in seen] == ["mixed"] * 3

@@ -75,7 +75,7 @@ def test_wildcard_binds_of_a_python_pod_land_on_the_node_address(tmp_path: Path)
 @pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("ip"), reason="adding addresses to lo needs root"
 )
-def test_an_address_whose_claimer_died_is_swept_by_the_next_claim(
+def test_an_address_whose_claimer_died_is_swept_by_a_later_simulator(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(netaddr.ENV_NETWORK, raising=False)

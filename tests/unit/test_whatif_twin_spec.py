@@ -3,11 +3,16 @@ the user's labels and configs kept, what kubegpu regenerates left out."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from typer.testing import CliRunner
 
 from kubegpu.catalog import nvidia
+from kubegpu.cli.app import app
 from kubegpu.doctor.snapshot import ConfigMapInfo, CustomObject, NodeInfo, PodInfo, Snapshot
 from kubegpu.nvml import parse_spec
+from kubegpu.whatif import command
 from kubegpu.whatif.twin_spec import (
     TwinSpecError,
     copied_labels,
@@ -222,3 +227,41 @@ def test_the_twin_recreates_running_and_pending_gpu_pods_but_not_generated_confi
 def test_an_empty_snapshot_has_no_twin() -> None:
     with pytest.raises(TwinSpecError, match="no nodes"):
         twin_spec(Snapshot())
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        NodeInfo(name="cpu-1", labels={"kubernetes.io/os": "linux"}),
+        # NFD saw an NVIDIA card, but nothing says which GPUs: the twin cannot start them
+        NodeInfo(name="gpu-1", labels={nvidia.NFD_PCI_NVIDIA: "true"}),
+    ],
+)
+def test_a_snapshot_without_a_gpu_node_has_no_twin(node: NodeInfo) -> None:
+    cpu_only = Snapshot(source="kubeconfig:other", nodes=(node,))
+    with pytest.raises(TwinSpecError, match=r"\(taken from kubeconfig:other\) has no GPU node"):
+        twin_spec(cpu_only)
+
+
+def test_one_gpu_node_among_cpu_nodes_makes_a_twin() -> None:
+    cpu = NodeInfo(name="cpu-1", labels={"kubernetes.io/os": "linux"})
+    spec = twin_spec(snapshot(cpu, gpu_node()))
+    assert [(n.name, n.gpus) for n in spec.nodes] == [
+        ("cpu-1", None),
+        ("gpu-1", "h100-80gb:2;driver=580.95.05"),
+    ]
+
+
+def test_what_if_run_refuses_a_snapshot_without_a_gpu_node_before_building_a_twin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_twin(*_: object, **__: object) -> None:
+        raise AssertionError("a twin was started")
+
+    monkeypatch.setattr(command, "run", no_twin)
+    path = tmp_path / "cluster.json"
+    path.write_text(Snapshot(nodes=(NodeInfo(name="cpu-1"),)).to_json())
+    result = CliRunner().invoke(app, ["what-if", "run", str(path), "--mig-config", "cpu-1=x"])
+    assert result.exit_code == 3, result.output
+    assert f"{path}: the snapshot has no GPU node" in " ".join(result.output.split())
+    assert "Doctor on the result" not in result.output

@@ -52,6 +52,32 @@ def _labels(node: NodeInfo, *keys: str) -> str:
     return ", ".join(f"{k}={node.labels[k]}" for k in keys if k in node.labels) or "(no labels)"
 
 
+# --- the cluster as a whole ------------------------------------------------------------------
+
+
+def no_gpu_nodes(snapshot: Snapshot) -> Iterator[Finding]:
+    """Not one GPU node: every other check has nothing to look at, so silence from them is
+    no clean bill of health (a wrong kubeconfig context, or no operator or NFD to label)."""
+    if any(is_gpu_node(n) for n in snapshot.nodes):
+        return
+    source = f" from {snapshot.source}" if snapshot.source else ""
+    owners = [f"{o.kind} {o.name}" for o in (*snapshot.cluster_policies, *snapshot.gpu_clusters)]
+    policies = ", ".join(owners) if owners else "no ClusterPolicy or GPUCluster either"
+    yield Finding(
+        check="no-gpu-nodes",
+        severity=WARNING,
+        object="cluster",
+        summary=f"no GPU node among the {len(snapshot.nodes)} node(s) read: nothing was checked "
+        "on GPUs",
+        evidence=f"{len(snapshot.nodes)} node(s){source}; none has {nvidia.GPU_PRESENT}=true, "
+        f"a {nvidia.GPU_PRODUCT} label, one of {', '.join(nvidia.NFD_GPU_LABELS)}=true or an "
+        f"{nvidia.PREFIX} resource in its capacity; {policies}",
+        fix="check that the kubeconfig context is the GPU cluster's, and that Node Feature "
+        "Discovery (or the chart's node labeller) and the operator run there and label the "
+        "GPU nodes",
+    )
+
+
 # --- MIG strategy and layout -----------------------------------------------------------------
 
 
@@ -544,6 +570,7 @@ def isolation_not_met(snapshot: Snapshot) -> Iterator[Finding]:
 
 
 CHECKS: tuple[tuple[str, Check], ...] = (
+    ("no-gpu-nodes", no_gpu_nodes),
     ("mig-single-invalid", mig_single_invalid),
     ("mps-on-mig", mps_on_mig),
     ("plugin-config-missing", plugin_config_missing),

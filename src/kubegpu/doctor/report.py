@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from kubegpu.doctor.checks import CHECKS
+from kubegpu.doctor.facts import is_gpu_node
 from kubegpu.doctor.findings import Finding, Severity, exit_code
 from kubegpu.doctor.snapshot import Snapshot
 
@@ -18,6 +19,8 @@ def summary_line(findings: Sequence[Finding], snapshot: Snapshot) -> str:
     errors = sum(1 for f in findings if f.severity is Severity.ERROR)
     warnings = len(findings) - errors
     where = f"{len(snapshot.nodes)} node(s)"
+    if not any(is_gpu_node(n) for n in snapshot.nodes):
+        where += ", none of them a GPU node"
     if not findings:
         return f"no problems found: {len(CHECKS)} checks on {where}"
     return f"{errors} error(s), {warnings} warning(s): {len(CHECKS)} checks on {where}"

@@ -46,7 +46,7 @@ class MigWriter:
                 self._destroy(gpu, gi.id)
                 raise MigDeviceError(
                     f"GPU {gpu}: cannot create the compute instance in GPU instance {gi.id}: "
-                    f"{exc or type(exc).__name__}"
+                    f"{str(exc) or type(exc).__name__}"
                 ) from None
             log.info("GPU %d: created MIG device %s at placement %d", gpu, uuid, start)
             return uuid, gi.id, ci.id

@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
@@ -46,7 +47,7 @@ from kubegpu.kube.labels import (
     patch_node_metadata,
 )
 from kubegpu.kube.nodes import watch_node
-from kubegpu.kube.podresources import PodResourcesError, list_held_devices
+from kubegpu.kube.podresources import HeldDevice, PodResourcesError, list_held_devices
 from kubegpu.mig.config import ConfigError, MigConfigEntry, MigPartedConfig
 from kubegpu.mig.lock import MigLock, MigLockError
 from kubegpu.mig.parted import (
@@ -75,6 +76,7 @@ from kubegpu.nvml import Nvml, NvmlError
 log = logging.getLogger(__name__)
 
 RETRY_S = 2.0
+POD_RESOURCES_BACKOFF_S = (1.0, 4.0, 16.0)  # between asks of a kubelet that did not answer
 _TRANSIENT: tuple[type[Exception], ...] = (*API_ERRORS, OSError)
 _CHECK_ERRORS: tuple[type[Exception], ...] = (NvmlError, *API_ERRORS)
 _APPLY_ERRORS: tuple[type[Exception], ...] = (NvmlError, *API_ERRORS, OSError)
@@ -249,7 +251,12 @@ class MigManager:
             try:
                 self.last = await self.reconcile(desired)
             except _TRANSIENT as exc:
-                log.warning("node %s: reconfiguring to %r: %s", self.node_name, desired, exc)
+                log.warning(
+                    "node %s: reconfiguring to %r: %s (trying again)",
+                    self.node_name,
+                    desired,
+                    str(exc) or type(exc).__name__,
+                )
                 self.last = None
             if self.last is None or not self.last.recorded:
                 # the outcome could not be written to the Node: try the whole change again
@@ -467,14 +474,26 @@ class MigManager:
                     out[f"{dev.index}:{m.index}"] = dev.index
         return out
 
+    async def _held_devices(self, socket: Path) -> list[HeldDevice]:
+        """What the node's pods hold, from the kubelet. A kubelet that does not answer in
+        time is asked again (it may be busy starting the pods a change stopped); only a
+        kubelet that keeps failing fails the change."""
+        for delay in POD_RESOURCES_BACKOFF_S:
+            try:
+                return await list_held_devices(socket)
+            except PodResourcesError as exc:
+                log.warning("node %s: %s; asking again in %.0fs", self.node_name, exc, delay)
+                await asyncio.sleep(delay)
+        try:
+            return await list_held_devices(socket)
+        except PodResourcesError as exc:
+            raise Failed(f"cannot tell which pods hold GPUs: {exc}") from None
+
     async def _check_busy(self, changing: list[int]) -> None:
         socket = self.settings.pod_resources_socket
         if socket is None or not changing:
             return
-        try:
-            held = await list_held_devices(socket)
-        except PodResourcesError as exc:
-            raise Failed(f"cannot tell which pods hold GPUs: {exc}") from None
+        held = await self._held_devices(socket)
         gpu_of = await asyncio.to_thread(self._gpu_of_device)
         busy: dict[int, set[str]] = {}
         for h in held:
@@ -619,7 +638,11 @@ class MigManager:
         try:
             await self._restore_patch(paused, State.FAILED)
         except API_ERRORS as exc:
-            log.error("node %s: cannot record the failure: %s", self.node_name, exc)
+            log.error(
+                "node %s: cannot record the failure: %s",
+                self.node_name,
+                str(exc) or type(exc).__name__,
+            )
             recorded = False
         await node_event(
             self.client,

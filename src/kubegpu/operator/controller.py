@@ -24,7 +24,6 @@ already there (server-side apply of fixed names never duplicates an object).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -49,6 +48,7 @@ from lightkube.resources.rbac_authorization_v1 import (
 from lightkube.resources.resource_v1 import DeviceClass
 from lightkube.types import PatchType
 
+from kubegpu.base.tasks import cancel_all
 from kubegpu.kube.informer import Informer, key_of
 from kubegpu.kube.policy import (
     GPU_CLUSTER_VERSION,
@@ -286,12 +286,7 @@ class Operator:
         self._tasks.append(asyncio.create_task(self.drivers.run(), name="nvidiadriver-status"))
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks.clear()
+        await cancel_all(self._tasks)
 
     async def run(self) -> None:
         await self.start()

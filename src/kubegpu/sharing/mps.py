@@ -62,19 +62,34 @@ def daemon_key(resource: str, device: Device) -> str:
     return f"{resource}/{device.uuid}" if device.mig is not None else resource
 
 
+def _equal_shares(
+    device: Device,
+    gpu: int,
+    uuid: str,
+    memory_mib: int,
+    multiprocessors: int = 0,
+    mig_profile: str | None = None,
+) -> MpsLimit:
+    """One client's limits: `memory_mib` and 100 % of the threads, split evenly between the
+    device's replicas (rounded down)."""
+    return MpsLimit(
+        gpu=gpu,
+        uuid=uuid,
+        replicas=device.replicas,
+        pinned_memory_mib=memory_mib // device.replicas,
+        active_thread_percentage=100 // device.replicas,
+        multiprocessors=multiprocessors,
+        mig_profile=mig_profile,
+    )
+
+
 def instance_limit(device: Device) -> MpsLimit:
     """The limits of one client of a MIG instance's daemon: equal shares of the instance."""
     mig = device.mig
     if mig is None:
         raise ValueError(f"{device.id} is not a MIG device")
-    return MpsLimit(
-        gpu=device.gpu,
-        uuid=device.uuid,
-        replicas=device.replicas,
-        pinned_memory_mib=mig.memory_mib // device.replicas,
-        active_thread_percentage=100 // device.replicas,
-        multiprocessors=mig.multiprocessors,
-        mig_profile=mig.profile,
+    return _equal_shares(
+        device, device.gpu, device.uuid, mig.memory_mib, mig.multiprocessors, mig.profile
     )
 
 
@@ -84,38 +99,35 @@ def client_limit(device: Device, gpu: GpuFacts) -> MpsLimit:
     the daemon (`mps_resources`), the client's env and the isolation it is said to get."""
     if device.mig is not None:
         return instance_limit(device)
-    return MpsLimit(
-        gpu=gpu.index,
-        uuid=gpu.uuid,
-        replicas=device.replicas,
-        pinned_memory_mib=gpu.memory_mib // device.replicas,
-        active_thread_percentage=100 // device.replicas,
-    )
+    return _equal_shares(device, gpu.index, gpu.uuid, gpu.memory_mib)
 
 
 def mps_resources(
     gpus: Sequence[GpuFacts], config: PluginConfig, advertised: Advertised
 ) -> list[MpsResource]:
     """The MPS daemons this node needs under `config` (none unless the strategy is MPS):
-    one per shared resource of whole GPUs, one per MIG instance of a shared MIG resource."""
+    one per shared resource of whole GPUs, one per MIG instance of a shared MIG resource
+    (when the config shares MIG instances at all). The whole GPUs' daemon comes first, then
+    the instances' by GPU."""
     if config.sharing_strategy != "mps":
         return []
     by_index = {g.index: g for g in gpus}
     out = []
     for resource, devices in sorted(advertised.resources.items()):
-        limits: dict[int, MpsLimit] = {}
-        instances: dict[str, MpsLimit] = {}
+        # the MIG instance a daemon serves (None: the whole GPUs) -> its limit per device
+        daemons: dict[str | None, dict[str, MpsLimit]] = {}
         for d in devices:
-            if not d.is_replica:
+            if not d.is_replica or (d.mig is not None and not config.mps_on_mig):
                 continue
-            if d.mig is not None:
-                if config.mps_on_mig and d.uuid not in instances:
-                    instances[d.uuid] = instance_limit(d)
-                continue
-            if d.gpu not in limits:
-                limits[d.gpu] = client_limit(d, by_index[d.gpu])
-        if limits:
-            out.append(MpsResource(resource, tuple(limits[i] for i in sorted(limits))))
-        for uuid in sorted(instances, key=lambda u: (instances[u].gpu, u)):
-            out.append(MpsResource(resource, (instances[uuid],), instance=uuid))
+            limits = daemons.setdefault(d.uuid if d.mig is not None else None, {})
+            if d.uuid not in limits:
+                limits[d.uuid] = client_limit(d, by_index[d.gpu])
+        for instance, limits in sorted(daemons.items(), key=_daemon_order):
+            ordered = tuple(sorted(limits.values(), key=lambda lim: (lim.gpu, lim.uuid)))
+            out.append(MpsResource(resource, ordered, instance=instance))
     return out
+
+
+def _daemon_order(item: tuple[str | None, dict[str, MpsLimit]]) -> tuple[bool, int, str]:
+    instance, limits = item
+    return (instance is not None, min(lim.gpu for lim in limits.values()), instance or "")

@@ -41,6 +41,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,20 +311,26 @@ def _terminate_in_reverse(records: Sequence[PidRecord], timeout: float) -> None:
 # --- HTTP probes -------------------------------------------------------------------------
 
 
-def _get(url: str, context: ssl.SSLContext | None) -> tuple[int, bytes] | str:
+def _get(
+    url: str, context: ssl.SSLContext | None, timeout_s: float = _PROBE_TIMEOUT_S
+) -> tuple[int, bytes] | str:
     """GET a URL: (status, body), or the reason it could not be fetched."""
     handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
     if context is not None:
         handlers.append(urllib.request.HTTPSHandler(context=context))
     opener = urllib.request.build_opener(*handlers)
     try:
-        with opener.open(url, timeout=_PROBE_TIMEOUT_S) as resp:
+        with opener.open(url, timeout=timeout_s) as resp:
             return int(resp.status), resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         return f"{url}: {reason}"
+
+
+_REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
+_METRIC_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def _json(body: bytes) -> dict[str, Any]:
@@ -533,6 +540,20 @@ class ControlPlane:
             else:
                 out[name] = stage.probe()
         return out
+
+    def request_counts(self) -> Counter[tuple[str, str, str]]:
+        """The API server's own count of the requests it served (`apiserver_request_total`),
+        by verb, resource and subresource, over every client: what a scale test counts."""
+        got = _get(f"{self.server}/metrics", self._admin_ctx, timeout_s=60.0)
+        if isinstance(got, str) or got[0] != 200:
+            raise ControlPlaneError("kube-apiserver", f"cannot read /metrics: {got}")
+        counts: Counter[tuple[str, str, str]] = Counter()
+        for line in got[1].decode().splitlines():
+            if m := _REQUEST_TOTAL.match(line):
+                labels = dict(_METRIC_LABEL.findall(m.group(1)))
+                key = (labels.get("verb", ""), labels.get("resource", ""))
+                counts[(*key, labels.get("subresource", ""))] += int(float(m.group(2)))
+        return counts
 
     # -- lifecycle ---------------------------------------------------------------------
 

@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import sys
 import traceback
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -228,6 +231,30 @@ def _install_log_handler() -> None:
     sys.stderr = _ContainerStream(sys.stderr)
 
 
+# Threads for `asyncio.to_thread` in a loop that hosts in-process components. Every
+# component of every node shares them and the event loop shares the GIL with them: each
+# thread busy with CPU work (a MIG manager applying a layout: a state-file transaction per
+# instance) delays the loop, and with it every node's kubelet answers, by a switch interval
+# per turn. At a hundred nodes changing MIG layouts at once, a pool of 128 kept the loop
+# from answering pod-resources calls within their 5 s deadline. So: few threads (a long
+# apply queues others' calls, which wait without a deadline running), and a short switch
+# interval so the loop gets the GIL back soon after it asks.
+COMPONENT_THREADS = 8
+SWITCH_INTERVAL_S = 0.001
+_provided: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def provide_threads(loop: asyncio.AbstractEventLoop) -> None:
+    """Set `loop` up to host many nodes' components (once per loop)."""
+    if loop in _provided:
+        return
+    _provided.add(loop)
+    loop.set_default_executor(
+        ThreadPoolExecutor(max_workers=COMPONENT_THREADS, thread_name_prefix="inprocess")
+    )
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+
+
 def _resolve(root: Any, argv: Sequence[str]) -> tuple[Any, list[str], list[str]]:
     """The (sub)command `argv` names, its own arguments, and its name path."""
     command, args, names = root, list(argv), ["kubegpu"]
@@ -239,6 +266,13 @@ def _resolve(root: Any, argv: Sequence[str]) -> tuple[Any, list[str], list[str]]
         names.append(args.pop(0))
         command = sub
     return command, args, names
+
+
+@functools.lru_cache(maxsize=256)
+def _command(root_command: RootCommand, argv: tuple[str, ...]) -> tuple[Any, list[str], list[str]]:
+    """`_resolve`, remembered: building a command (typer's parameters, their pydantic
+    adapters) costs more than parsing it, and every node starts the same few."""
+    return _resolve(root_command(), argv)
 
 
 def in_process_command(command: Sequence[str]) -> bool:
@@ -287,12 +321,12 @@ class InProcessContainer:
         """Parse the command line and build the component, as the process would."""
         spec = self.spec
         paths = PathMap.of(spec.mounts)
-        command, args, names = _resolve(self._root_command(), spec.argv)
+        command, args, names = _command(self._root_command, tuple(spec.argv))
         made: list[Callable[[], runtime.Component]] = []
         token = runtime.HOST.set(made.append)
         try:
             with environment(spec.env):
-                ctx = command.make_context(" ".join(names), args)
+                ctx = command.make_context(" ".join(names), list(args))  # parsing eats it
                 params = {k: translate(v, paths, spec.node_ip) for k, v in ctx.params.items()}
                 token_dir = paths.source_of(SERVICE_ACCOUNT_DIR)
                 if "kubeconfig" in params and not params["kubeconfig"] and token_dir:

@@ -92,6 +92,11 @@ def sweep(leases: Path = LEASES) -> list[str]:
     return removed
 
 
+# what `ip addr add` says of an address some node already has (iproute2 old and new)
+TAKEN = ("File exists", "Address already assigned")
+_swept: set[Path] = set()
+
+
 def claim(seed: str, leases: Path = LEASES) -> NodeAddress:
     """An address for a node, by the rules above."""
     mode = os.environ.get(ENV_NETWORK, "own")
@@ -99,7 +104,9 @@ def claim(seed: str, leases: Path = LEASES) -> NodeAddress:
         return NodeAddress("127.0.0.1", "shared")
     suffixes = candidates(seed)
     if mode == "own" and os.geteuid() == 0 and shutil.which("ip"):
-        sweep(leases)
+        if leases not in _swept:  # once per process: a thousand nodes need not sweep each
+            _swept.add(leases)
+            sweep(leases)
         for suffix in suffixes:
             ip = routed_ip(suffix)
             result = _ip("addr", "add", f"{ip}/32", "dev", "lo", "label", LABEL)
@@ -107,7 +114,7 @@ def claim(seed: str, leases: Path = LEASES) -> NodeAddress:
                 leases.mkdir(parents=True, exist_ok=True)
                 (leases / ip).write_text(f"{os.getpid()}\n")  # who to ask if it is still used
                 return NodeAddress(ip, "own")
-            if "File exists" not in result.stderr:
+            if not any(taken in result.stderr for taken in TAKEN):
                 log.warning(
                     "cannot add a node address to lo (%s); using loopback addresses",
                     result.stderr.strip(),

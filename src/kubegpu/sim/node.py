@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
@@ -26,15 +27,17 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, NodeStatus, Pod
 from lightkube.types import PatchType, on_error_retry
 
+from kubegpu.base.tasks import cancel_all
 from kubegpu.nvml.sim import SimControls, SimNvml
-from kubegpu.sim import gpuload, netaddr
+from kubegpu.sim import gpuload, inprocess, mounted, netaddr
 from kubegpu.sim.devices import DeviceManager
 from kubegpu.sim.dra import DraManager
 from kubegpu.sim.inprocess import ComponentsMode, RootCommand
 from kubegpu.sim.kubeletserver import KubeletServer, LogSource, serving_context
+from kubegpu.sim.mounted import MountedObjects
 from kubegpu.sim.netaddr import NodeAddress
 from kubegpu.sim.podresources import PodRef, PodResourcesServer
-from kubegpu.sim.pods import NodeContext, PodRunner, cancel_all, kill_pod_processes, now
+from kubegpu.sim.pods import NodeContext, PodRunner, kill_pod_processes, now
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +116,7 @@ class SimNode:
         self.nvml: SimNvml | None = None
         self.lab: SimControls | None = None  # faults, reboots, busy devices
         self.client: AsyncClient | None = None
+        self.mounted: MountedObjects | None = None  # shared with the process's other nodes
         self.devices = DeviceManager(
             self.root / "var/lib/kubelet/device-plugins", self._capacity_changed
         )
@@ -149,6 +153,8 @@ class SimNode:
     async def start(self) -> None:
         if self.config.components == "inprocess" and self.config.root_command is None:
             raise ValueError(f"node {self.name}: in-process components need a root command")
+        if self.config.components == "inprocess":
+            inprocess.provide_threads(asyncio.get_running_loop())
         self.root.mkdir(parents=True, exist_ok=True)
         if self.config.gpus:
             self.nvml = SimNvml.create(self.gpu_state, self.config.gpus)
@@ -156,6 +162,7 @@ class SimNode:
             write_pci_devices(self.root / "sys", self.nvml)
         config = KubeConfig.from_file(self.kubeconfig)
         self.client = AsyncClient(config, field_manager="kubegpu-sim-kubelet")
+        self.mounted = mounted.acquire(self.kubeconfig)
         context = config.get()
         if context is None:
             raise ValueError(f"{self.kubeconfig}: no current context")
@@ -176,6 +183,7 @@ class SimNode:
             address=self.network.ip,
             bind_ip=self.network.ip if self.network.rewrites_binds else None,
             dra=self.dra,
+            mounted=self.mounted,
             root_command=(
                 self.config.root_command if self.config.components == "inprocess" else None
             ),
@@ -198,6 +206,9 @@ class SimNode:
         await cancel_all(self._tasks)
         await asyncio.gather(*(r.stop(0) for r in self.runners.values()))
         self.runners.clear()
+        if self.mounted is not None:
+            await mounted.release(self.kubeconfig, self.mounted)
+            self.mounted = None
         # a process whose start raced with the stop has no runner handle: find it by marker
         kill_pod_processes(self.root)
         await self.pod_resources.stop()
@@ -332,7 +343,7 @@ class SimNode:
         try:
             await self._push_status()
         except Exception as exc:  # the next status sync retries; never kill the plugin stream
-            log.warning("node %s: status update failed: %s", self.name, exc)
+            log.warning("node %s: status update failed: %s", self.name, str(exc) or repr(exc))
 
     async def _status_loop(self) -> None:
         while True:
@@ -349,8 +360,8 @@ class SimNode:
             )
             try:
                 await self.client.apply(lease, force=True)
-            except ApiError as exc:
-                log.warning("lease of %s: %s", self.name, exc)
+            except (ApiError, httpx.HTTPError) as exc:  # renewed next time; the loop lives on
+                log.warning("lease of %s: %s", self.name, str(exc) or type(exc).__name__)
             await asyncio.sleep(self.config.lease_interval_s)
 
     # -- pods -------------------------------------------------------------------------------
@@ -377,7 +388,13 @@ class SimNode:
                 }:
                     runner = PodRunner(self._context(), data, self._pod_exited)
                     self.runners[uid] = runner
-                    await runner.start()
+                    try:
+                        await runner.start()
+                    except Exception:
+                        # not started: forget it, so the pod's next event tries again
+                        self.runners.pop(uid, None)
+                        await runner.stop(0)
+                        raise
             except Exception:  # one bad pod must not stop the node
                 log.exception(
                     "handling pod %s/%s",

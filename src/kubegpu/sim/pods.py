@@ -24,11 +24,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import PodStatus
 from lightkube.types import PatchType
 
+from kubegpu.base.tasks import cancel_all
 from kubegpu.catalog.nvidia import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_VOID
 from kubegpu.sim.devices import AdmissionError, ContainerAllocation, DeviceManager
 from kubegpu.sim.dra import DraManager
@@ -39,12 +41,12 @@ from kubegpu.sim.inprocess import (
     in_process_command,
 )
 from kubegpu.sim.kubeletserver import LogSource
+from kubegpu.sim.mounted import MountedObjects
 from kubegpu.sim.podenv import ENV_NODE_ROOT, base_env, container_env, field_value
 from kubegpu.sim.podvolumes import (
     PodObjects,
     container_mounts,
     prepare_volume,
-    refreshed,
     volume_dir,
     volume_files,
     write_files,
@@ -56,8 +58,13 @@ log = logging.getLogger(__name__)
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
-CONFIG_REFRESH_S = 2.0
 TOKEN_RENEW_S = 1800.0
+RETRIED_CODES = frozenset({409, 429, 500, 502, 503, 504})  # worth sending a status again
+# what preparing a pod's volumes or a container's environment may raise: a bad object or
+# file, the API server's refusal, a request that timed out or lost its connection (under
+# load); each is tried again
+CONFIG_FAILURES: tuple[type[Exception], ...] = (ApiError, httpx.HTTPError, ValueError)
+VOLUME_FAILURES: tuple[type[Exception], ...] = (*CONFIG_FAILURES, OSError)
 Json = dict[str, Any]
 
 
@@ -81,6 +88,7 @@ class NodeContext:
     address: str = "127.0.0.1"  # the node's InternalIP: every pod's hostIP and podIP
     bind_ip: str | None = None  # where pod processes' wildcard binds go (sim.netaddr)
     dra: DraManager | None = None  # prepares the pod's resource claims (sim.dra)
+    mounted: MountedObjects = field(kw_only=True)  # ConfigMaps and Secrets, watched
     # set: kubegpu's node components run in-process (sim.inprocess), parsed by this command
     root_command: RootCommand | None = None
 
@@ -154,8 +162,13 @@ class PodRunner:
         self._volume_sources: dict[str, Path] = {}
         self._projected_at = time.monotonic()
         self._objects = PodObjects(
-            node.client, self.namespace, str(spec.get("serviceAccountName") or "default")
+            node.client,
+            self.namespace,
+            str(spec.get("serviceAccountName") or "default"),
+            node.mounted,
         )
+        self._volumes_changed = asyncio.Event()
+        self._stop_listening: Callable[[], None] = lambda: None
 
     @property
     def container_names(self) -> tuple[str, ...]:
@@ -176,7 +189,15 @@ class PodRunner:
         return LogSource(files, lambda: "running" in c.state)
 
     # -- lifecycle ------------------------------------------------------------------------
+    def _listen(self) -> None:
+        """Hear of changes to the objects the volumes show; called before the volumes are
+        written, so no change slips in between."""
+        mounted = set().union(*map(self._objects.mounted, self.pod["spec"].get("volumes") or []))
+        if mounted:
+            self._stop_listening = self.node.mounted.listen(mounted, self._volumes_changed.set)
+
     async def start(self) -> None:
+        self._listen()
         try:
             await self._admit()
         except AdmissionError as exc:
@@ -185,7 +206,7 @@ class PodRunner:
             return
         try:
             await self._prepare_volumes()
-        except (ApiError, OSError, ValueError) as exc:
+        except VOLUME_FAILURES as exc:
             for c in [*self.init, *self.containers]:
                 c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             await self._push_status()
@@ -202,7 +223,7 @@ class PodRunner:
             delay = min(delay * 2, BACKOFF_MAX_S)
             try:
                 await self._prepare_volumes()
-            except (ApiError, OSError, ValueError):
+            except VOLUME_FAILURES:
                 continue
             await self._run()
             return
@@ -219,11 +240,13 @@ class PodRunner:
             *(self._kill(c, min(grace, 10.0)) for c in [*self.init, *self.containers])
         )
         await cancel_all(self._tasks)
+        self._stop_listening()
 
     async def restart_all(self) -> None:
         """After a node reboot: every container starts again, counting a restart."""
         await self.stop(0)
         self._stopping = False
+        self._listen()
         for c in [*self.init, *self.containers]:
             if "running" in c.state or "terminated" in c.state:
                 c.restart_count += 1
@@ -268,17 +291,22 @@ class PodRunner:
                 vol, self.node.root, self.dir, self._objects, self._field
             )
 
-    async def _refresh_configmaps(self) -> None:
-        """Keep ConfigMap and Secret volumes current, as kubelet's sync loop does."""
+    async def _refresh_volumes(self) -> None:
+        """Keep ConfigMap and Secret volumes current, as kubelet does: a volume is rewritten
+        when an object it shows changes (the node's watch says so, `sim.mounted`), a
+        projected one also when its service-account token, issued for an hour, is at its
+        half-life."""
+        volumes = self.pod["spec"].get("volumes") or []
         while not self._stopping:
-            await asyncio.sleep(CONFIG_REFRESH_S)
-            # Projected volumes carry a service-account token issued for an hour: renew it
-            # at half-life, as kubelet does.
-            renew_tokens = time.monotonic() - self._projected_at > TOKEN_RENEW_S
-            for vol in self.pod["spec"].get("volumes") or []:
-                if not refreshed(vol, renew_tokens):
+            due = TOKEN_RENEW_S - (time.monotonic() - self._projected_at)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._volumes_changed.wait(), timeout=max(0.0, due))
+            self._volumes_changed.clear()
+            renew_tokens = time.monotonic() - self._projected_at >= TOKEN_RENEW_S
+            for vol in volumes:
+                if not (self._objects.mounted(vol) or (renew_tokens and "projected" in vol)):
                     continue
-                with contextlib.suppress(ApiError, OSError, ValueError):
+                with contextlib.suppress(*VOLUME_FAILURES):
                     files = await volume_files(vol, self._objects, self._field)
                     write_files(volume_dir(self.dir, vol["name"]), files)
             if renew_tokens:
@@ -315,7 +343,7 @@ class PodRunner:
     async def _run(self) -> None:
         if self.node.dra is not None:  # claims are prepared before any container starts
             await self.node.dra.prepare_pod(self.pod, self._push_status)
-        self._tasks.append(asyncio.create_task(self._refresh_configmaps()))
+        self._tasks.append(asyncio.create_task(self._refresh_volumes()))
         for c in self.init:
             while not self._stopping:
                 code = await self._run_once(c)
@@ -403,8 +431,9 @@ class PodRunner:
             env = await self._env(c)
             mounts = self._mounts(c)
             command = self._command(c) if workload is None else workload
-        except (ApiError, ValueError) as exc:
-            c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
+        except CONFIG_FAILURES as exc:
+            message = str(exc) or type(exc).__name__
+            c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": message}}
             await self._push_status()
             return 1
         in_process = self._in_process_argv(c) if workload is None else None
@@ -538,28 +567,41 @@ class PodRunner:
         return status
 
     async def _push_status(self) -> None:
+        """Write the pod's status. As kubelet's status manager, keep at it until the API
+        server has it: a write lost to a timeout under load would leave the pod showing an
+        old state for good. The status is taken afresh for each try."""
+        delay = BACKOFF_START_S
         async with self._status_lock:
-            try:
-                await self.node.client.patch(
-                    PodStatus,
+            while True:
+                try:
+                    await self.node.client.patch(
+                        PodStatus,
+                        self.name,
+                        {"status": self.status()},
+                        namespace=self.namespace,
+                        patch_type=PatchType.MERGE,
+                    )
+                    return
+                except ApiError as exc:
+                    if exc.status.code == 404:  # the pod is gone
+                        return
+                    why: str = str(exc.status.message)
+                    if exc.status.code not in RETRIED_CODES:
+                        log.warning("status of pod %s/%s: %s", self.namespace, self.name, why)
+                        return
+                except httpx.HTTPError as exc:
+                    why = str(exc) or type(exc).__name__
+                if self._stopping:
+                    return
+                log.warning(
+                    "status of pod %s/%s: %s; sending again in %.0fs",
+                    self.namespace,
                     self.name,
-                    {"status": self.status()},
-                    namespace=self.namespace,
-                    patch_type=PatchType.MERGE,
+                    why,
+                    delay,
                 )
-            except ApiError as exc:
-                if exc.status.code != 404:
-                    log.warning("status of pod %s/%s: %s", self.namespace, self.name, exc)
-
-
-async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel background tasks, wait until each has ended, and forget them."""
-    for t in tasks:
-        t.cancel()
-    for t in tasks:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await t
-    tasks.clear()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
 
 
 def qos_class(spec: Json) -> str:

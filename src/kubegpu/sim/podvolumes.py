@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.models.authentication_v1 import TokenRequestSpec
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap, Secret, ServiceAccountToken
+from lightkube.resources.core_v1 import ServiceAccountToken
 
 from kubegpu.sim.devices import ContainerAllocation
+from kubegpu.sim.mounted import MountedObjects, ObjectKey
 
 Json = dict[str, Any]
 Mount = tuple[str, str, bool]  # host path, container path, read-only
@@ -35,27 +35,37 @@ class PodObjects:
     client: AsyncClient
     namespace: str
     service_account: str
+    cache: MountedObjects  # ConfigMaps and Secrets, watched (sim.mounted)
+
+    def mounted(self, vol: Json) -> set[ObjectKey]:
+        """The ConfigMaps and Secrets a volume shows, as the cache names them."""
+        refs = [vol, *((vol.get("projected") or {}).get("sources") or [])]
+        keys = set()
+        for ref in refs:
+            if "configMap" in ref:
+                keys.add(("ConfigMap", self.namespace, str(ref["configMap"]["name"])))
+            if "secret" in ref:
+                secret = ref["secret"]
+                name = secret.get("secretName") or secret.get("name")
+                keys.add(("Secret", self.namespace, str(name)))
+        return keys
+
+    async def _object(self, kind: str, ref: Json, name: str) -> Json | None:
+        obj = await self.cache.get(kind, self.namespace, name)
+        if obj is None and not ref.get("optional"):
+            raise ValueError(f'{kind.lower()} "{name}" not found')
+        return obj
 
     async def configmap_files(self, ref: Json) -> dict[str, bytes]:
-        try:
-            cm = await self.client.get(ConfigMap, ref["name"], namespace=self.namespace)
-        except ApiError as exc:
-            if exc.status.code == 404 and ref.get("optional"):
-                return {}
-            raise
-        data = {k: v.encode() for k, v in (cm.data or {}).items()}
-        data.update({k: base64.b64decode(v) for k, v in (cm.binaryData or {}).items()})
+        cm = await self._object("ConfigMap", ref, str(ref["name"])) or {}
+        data = {k: str(v).encode() for k, v in (cm.get("data") or {}).items()}
+        data.update({k: base64.b64decode(v) for k, v in (cm.get("binaryData") or {}).items()})
         return _select(data, ref.get("items"))
 
     async def secret_files(self, ref: Json) -> dict[str, bytes]:
         name = str(ref.get("secretName") or ref.get("name"))
-        try:
-            secret = await self.client.get(Secret, name, namespace=self.namespace)
-        except ApiError as exc:
-            if exc.status.code == 404 and ref.get("optional"):
-                return {}
-            raise
-        data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+        secret = await self._object("Secret", ref, name) or {}
+        data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
         return _select(data, ref.get("items"))
 
     async def token(self, seconds: int) -> str:
@@ -100,12 +110,6 @@ async def prepare_volume(
 def volume_dir(pod_dir: Path, name: str) -> Path:
     """Where a volume kubelet writes (not a hostPath) lives on the node."""
     return pod_dir / "volumes" / name
-
-
-def refreshed(vol: Json, renew_tokens: bool) -> bool:
-    """Whether kubelet's sync loop rewrites this volume now: ConfigMaps and Secrets always,
-    projected volumes when their service-account token is due for renewal."""
-    return bool({"configMap", "secret"} & set(vol)) or ("projected" in vol and renew_tokens)
 
 
 async def volume_files(vol: Json, objects: PodObjects, field: FieldResolver) -> dict[str, bytes]:

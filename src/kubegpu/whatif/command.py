@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lightkube import AsyncClient, KubeConfig
 
+from kubegpu.base.loader import STDIN
 from kubegpu.doctor.capture import capture
 from kubegpu.doctor.snapshot import Snapshot, load_snapshot
 from kubegpu.sim.stack import StackError, find_chart
@@ -29,7 +30,7 @@ from kubegpu.whatif.change import (
 )
 from kubegpu.whatif.report import Report
 from kubegpu.whatif.twin import TwinError, what_if
-from kubegpu.whatif.twin_spec import TwinSpec, twin_spec
+from kubegpu.whatif.twin_spec import TwinSpec, TwinSpecError, twin_spec
 
 
 async def read_source(kubeconfig: Path | None, namespace: str) -> Snapshot:
@@ -61,8 +62,15 @@ def load_change(
 
 
 def prepare(snapshot_file: Path, change: Change) -> TwinSpec:
-    """The twin's spec from the snapshot file, with the change's nodes checked against it."""
-    spec = twin_spec(load_snapshot(snapshot_file))
+    """The twin's spec from the snapshot file, with the change's nodes checked against it.
+    What the snapshot cannot say (no GPU node among others) is refused here, naming the file,
+    before anything starts."""
+    snapshot = load_snapshot(snapshot_file)
+    try:
+        spec = twin_spec(snapshot)
+    except TwinSpecError as exc:
+        shown = "<stdin>" if str(snapshot_file) == STDIN else str(snapshot_file)
+        raise TwinSpecError(f"{shown}: {exc}") from None
     check_nodes(change, [n.name for n in spec.nodes])
     if change.policy_patch and not any(p.kind == "ClusterPolicy" for p in spec.policies):
         raise ChangeError(f"{snapshot_file}: the change patches a ClusterPolicy; there is none")

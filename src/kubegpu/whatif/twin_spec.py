@@ -87,6 +87,8 @@ def twin_spec(snapshot: Snapshot) -> TwinSpec:
         raise TwinSpecError("the snapshot has no nodes")
     skipped: list[str] = []
     nodes = tuple(_node(n, snapshot) for n in snapshot.nodes)
+    if not any(n.gpus for n in nodes):
+        raise TwinSpecError(no_gpu_node(snapshot))
     policies = tuple(
         TwinPolicy(o.kind, o.name, simulated_spec(o.spec))
         for o in (*snapshot.cluster_policies, *snapshot.gpu_clusters)
@@ -109,6 +111,19 @@ def twin_spec(snapshot: Snapshot) -> TwinSpec:
         else:
             pods.append(_pod(p))
     return TwinSpec(nodes, policies, config_maps, tuple(pods), tuple(skipped))
+
+
+def no_gpu_node(snapshot: Snapshot) -> str:
+    """Why a snapshot without a GPU node has no twin worth building: every node would start
+    without GPUs, and a report on them ("nothing repartitions, nothing pending") would read
+    as a change that goes through when nothing was tried."""
+    source = f" (taken from {snapshot.source})" if snapshot.source else ""
+    return (
+        f"the snapshot{source} has no GPU node: none of its {len(snapshot.nodes)} node(s) has "
+        f"the {nvidia.GPU_PRODUCT} label GPU feature discovery sets, so the twin would have no "
+        "GPU to try the change on; take the snapshot with the GPU cluster's kubeconfig context, "
+        "once GPU feature discovery labels its GPU nodes (`kubegpu doctor` says what it sees)"
+    )
 
 
 def _pod(p: PodInfo) -> TwinPod:

@@ -15,6 +15,7 @@ kubegpu.nvml.sim.controls.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -37,7 +38,7 @@ from kubegpu.catalog.placement import (
 )
 from kubegpu.nvml import errors
 from kubegpu.nvml.interface import Nvml
-from kubegpu.nvml.sim import telemetry
+from kubegpu.nvml.sim import telemetry, watch
 from kubegpu.nvml.sim.access import SimStateAccess, power_cycle
 from kubegpu.nvml.sim.spec import NodeSpec, parse_spec
 from kubegpu.nvml.sim.state import (
@@ -82,7 +83,6 @@ T = TypeVar("T")
 # only by PCIe. Either way the node has two CPUs, and the first half of the GPUs hangs off
 # CPU 0 (NUMA node 0), the second half off CPU 1.
 NVLINKS_BY_MODEL = telemetry.NVLINKS_BY_MODEL
-EVENT_POLL_S = 0.02
 
 
 _ERROR_FOR = {
@@ -99,6 +99,8 @@ class SimNvml(SimStateAccess, Nvml):
         super().__init__(path)
         state = self._read()
         self._seen_event = state["event_seq"]
+        self._events: watch.Watch | None = None  # the state file's changes, once waited on
+        self._events_read_at: int | None = None  # the change generation events were read at
 
     @classmethod
     def create(cls, path: Path | str, spec: NodeSpec | str) -> SimNvml:
@@ -582,20 +584,32 @@ class SimNvml(SimStateAccess, Nvml):
     # -- events -------------------------------------------------------------------------
     def wait_for_event(self, timeout_s: float) -> GpuEvent | None:
         deadline = time.monotonic() + timeout_s
+        if self._events is None:  # kept between calls: an unchanged file is not read again
+            self._events = watch.register(self.store.path)
+            weakref.finalize(self, self._events.close)
+        changes = self._events
         while True:
-            state = self._read()
-            for ev in state["events"]:
-                if ev["seq"] > self._seen_event:
-                    self._seen_event = ev["seq"]
-                    gpu = state["gpus"][ev["gpu"]]
-                    return GpuEvent(
-                        ev["gpu"], gpu["uuid"], EventType(ev["type"]), ev["xid"], ev["gi"], ev["ci"]
-                    )
-            self._seen_event = max(self._seen_event, state["event_seq"])
+            seen = changes.generation  # before the read: a write after it wakes us
+            if seen != self._events_read_at:
+                self._events_read_at = seen
+                state = self._read()
+                for ev in state["events"]:
+                    if ev["seq"] > self._seen_event:
+                        self._seen_event = ev["seq"]
+                        self._events_read_at = None  # more may wait in this version
+                        gpu = state["gpus"][ev["gpu"]]
+                        return GpuEvent(
+                            ev["gpu"],
+                            gpu["uuid"],
+                            EventType(ev["type"]),
+                            ev["xid"],
+                            ev["gi"],
+                            ev["ci"],
+                        )
+                self._seen_event = max(self._seen_event, state["event_seq"])
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or not changes.wait(seen, left):
                 return None
-            time.sleep(min(EVENT_POLL_S, left))
 
     # -- telemetry ------------------------------------------------------------------------
     # One state read computes everything (kubegpu.nvml.sim.telemetry); the single-value

@@ -277,13 +277,14 @@ def mean_power_w(model: GpuModel, ratio: float) -> float:
     return f.idle_power_w + (f.board_power_w - f.idle_power_w) * (0.1 + 0.9 * ratio)
 
 
-def energy_mj(gpu: GpuState, state: NodeState, now: float) -> float:
-    """Energy since the state was created: the folded total plus the current stretch."""
+def energy_mj(gpu: GpuState, state: NodeState, now: float, load: Load | None = None) -> float:
+    """Energy since the state was created: the folded total plus the current stretch (at
+    `load`, the GPU's load now, when the caller has it)."""
     since = gpu.get("energy_at")
     total = float(gpu.get("energy_mj", 0.0))
     if since is None:
         return total
-    load, _ = entity_loads(state, gpu, None)
+    load = load or entity_loads(state, gpu, None)[0]
     return total + mean_power_w(get_model(gpu["model"]), load.ratio) * max(0.0, now - since) * 1e3
 
 
@@ -294,14 +295,16 @@ def active_nvlinks(state: NodeState, gpu: GpuState) -> int:
     return links if peers else 0
 
 
-def nvlink_rates_kib_s(state: NodeState, gpu: GpuState) -> tuple[float, float]:
+def nvlink_rates_kib_s(
+    state: NodeState, gpu: GpuState, load: Load | None = None
+) -> tuple[float, float]:
     """NVLink payload (TX, RX) in KiB/s at the GPU's current load: a share of the links'
     bandwidth that grows with load (none when idle, or with MIG on: MIG devices do not talk
     to peers over NVLink)."""
     links = active_nvlinks(state, gpu)
     if not links or gpu["mig_current"]:
         return 0.0, 0.0
-    load, _ = entity_loads(state, gpu, None)
+    load = load or entity_loads(state, gpu, None)[0]
     key = gpu["uuid"]
     per_link = NVLINK_LINK_GBPS.get(gpu["model"], NVLINK_LINK_GBPS_DEFAULT) * 1e9 / KIB
     rate = links * per_link * load.ratio * (0.05 + 0.3 * unit(key, "nvlink"))
@@ -309,14 +312,16 @@ def nvlink_rates_kib_s(state: NodeState, gpu: GpuState) -> tuple[float, float]:
     return rate * tx_share, rate * (1 - tx_share)
 
 
-def nvlink_kib(gpu: GpuState, state: NodeState, now: float) -> tuple[float, float]:
+def nvlink_kib(
+    gpu: GpuState, state: NodeState, now: float, load: Load | None = None
+) -> tuple[float, float]:
     """NVLink payload (TX, RX) since the state was created: booked plus the current stretch."""
     tx = float(gpu.get("nvlink_tx_kib", 0.0))
     rx = float(gpu.get("nvlink_rx_kib", 0.0))
     since = gpu.get("energy_at")
     if since is None:
         return tx, rx
-    tx_rate, rx_rate = nvlink_rates_kib_s(state, gpu)
+    tx_rate, rx_rate = nvlink_rates_kib_s(state, gpu, load)
     elapsed = max(0.0, now - since)
     return tx + tx_rate * elapsed, rx + rx_rate * elapsed
 
@@ -326,8 +331,9 @@ def fold_energy(state: NodeState, now: float) -> None:
     changes."""
     for gpu in state["gpus"]:
         if "energy_at" in gpu:
-            gpu["energy_mj"] = energy_mj(gpu, state, now)
-            gpu["nvlink_tx_kib"], gpu["nvlink_rx_kib"] = nvlink_kib(gpu, state, now)
+            load, _ = entity_loads(state, gpu, None)  # once: both read it
+            gpu["energy_mj"] = energy_mj(gpu, state, now, load)
+            gpu["nvlink_tx_kib"], gpu["nvlink_rx_kib"] = nvlink_kib(gpu, state, now, load)
         gpu["energy_at"] = now
 
 

@@ -1,0 +1,102 @@
+"""The simulated kubelet under a loaded API server: requests that time out are tried again.
+
+Found at 1,000 simulated nodes: a service-account token request or a pod status write
+that timed out ended the pod's start (or its run) for good, so the pod stayed Pending, or
+showed an init container running long after it had finished. A kubelet keeps at both: it
+retries the pod's volumes and resends its status until the API server has it. The API
+server's failures are played here by a client that times out on the first calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+
+from kubegpu.sim import pods
+from kubegpu.sim.devices import DeviceManager
+from kubegpu.sim.mounted import MountedObjects
+from kubegpu.sim.pods import NodeContext, PodRunner
+
+
+class TimingOutClient:
+    """Answers token requests and status writes, after `failures` timeouts of each."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = {"create": failures, "patch": failures}
+        self.statuses: list[dict[str, Any]] = []
+
+    def _maybe_time_out(self, call: str) -> None:
+        if self.failures[call] > 0:
+            self.failures[call] -= 1
+            raise httpx.ReadTimeout("timed out")
+
+    async def create(self, obj: Any, name: str, namespace: str) -> Any:
+        self._maybe_time_out("create")
+        return SimpleNamespace(status=SimpleNamespace(token="a-token"))
+
+    async def patch(self, kind: Any, name: str, body: dict[str, Any], **kw: Any) -> None:
+        self._maybe_time_out("patch")
+        self.statuses.append(body["status"])
+
+
+async def _nothing() -> None:
+    return None
+
+
+POD = {
+    "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
+    "spec": {
+        "restartPolicy": "Always",
+        "initContainers": [{"name": "init", "image": "registry.k8s.io/pause:3.10"}],
+        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+        "volumes": [
+            {
+                "name": "token",
+                "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]},
+            }
+        ],
+    },
+}
+
+
+async def test_a_pod_starts_and_reports_running_through_timeouts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pods, "BACKOFF_START_S", 0.01)
+    client = TimingOutClient(failures=3)
+    node = NodeContext(
+        name="n",
+        root=tmp_path,
+        client=client,  # type: ignore[arg-type]
+        devices=DeviceManager(tmp_path / "device-plugins", _nothing),
+        api_host="127.0.0.1",
+        api_port=6443,
+        extra_env={},
+        mounted=MountedObjects(client),  # type: ignore[arg-type]
+    )
+    runner = PodRunner(node, POD, lambda r: _nothing())
+    try:
+        await runner.start()
+
+        async def running() -> None:
+            while not (
+                client.statuses
+                and client.statuses[-1]["phase"] == "Running"
+                and client.statuses[-1]["containerStatuses"][0]["ready"]
+            ):
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(running(), timeout=30)
+        last = client.statuses[-1]
+        assert last["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+        assert (tmp_path / "var/lib/kubelet/pods/u-1/volumes/token/token").read_text() == (
+            "a-token"
+        )
+        assert client.failures == {"create": 0, "patch": 0}  # every timeout was met
+    finally:
+        await runner.stop(0)
