@@ -18,6 +18,7 @@ from lightkube.resources.resource_v1 import ResourceSlice
 from kubegpu.catalog import nvidia
 from kubegpu.dra.partitions import Pool, partitioned_slices
 from kubegpu.dra.slices import node_owner, resource_slices
+from kubegpu.kube.reads import get_json
 
 Json = dict[str, Any]
 
@@ -111,11 +112,4 @@ async def read_claim(client: AsyncClient, namespace: str, name: str) -> Json | N
     """A ResourceClaim as JSON, None when it does not exist."""
     from lightkube.resources.resource_v1 import ResourceClaim
 
-    try:
-        claim = await client.get(ResourceClaim, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.status.code == 404:
-            return None
-        raise
-    data: Json = claim.to_dict()
-    return data
+    return await get_json(client, ResourceClaim, name, namespace)

@@ -551,8 +551,8 @@ class ControlPlane:
         for line in got[1].decode().splitlines():
             if m := _REQUEST_TOTAL.match(line):
                 labels = dict(_METRIC_LABEL.findall(m.group(1)))
-                key = (labels.get("verb", ""), labels.get("resource", ""))
-                counts[(*key, labels.get("subresource", ""))] += int(float(m.group(2)))
+                verb, kind = labels.get("verb", ""), labels.get("resource", "")
+                counts[(verb, kind, labels.get("subresource", ""))] += int(float(m.group(2)))
         return counts
 
     # -- lifecycle ---------------------------------------------------------------------

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from lightkube import AsyncClient, KubeConfig
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import ConfigMap, Secret
 
 from kubegpu.base.tasks import cancel_all
 from kubegpu.kube.informer import Informer, Obj
+from kubegpu.kube.reads import get_json
 
 ObjectKey = tuple[str, str, str]  # kind, namespace, name
 Listener = Callable[[], None]
@@ -51,14 +51,7 @@ class MountedObjects:
         cached = informer.get(namespace, name)
         if cached is not None:
             return cached
-        try:  # not (yet) seen by the watch: ask
-            obj = await self.client.get(KINDS[kind], name, namespace=namespace)
-        except ApiError as exc:
-            if exc.status.code == 404:
-                return None
-            raise
-        found: Obj = obj.to_dict()
-        return found
+        return await get_json(self.client, KINDS[kind], name, namespace)  # not seen yet: ask
 
     def listen(self, keys: set[ObjectKey], listener: Listener) -> Callable[[], None]:
         """Call `listener` whenever one of `keys` changes; returns the way to stop."""
