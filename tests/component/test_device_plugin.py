@@ -675,7 +675,11 @@ async def test_a_gpu_layer_that_cannot_be_read_marks_every_device_unhealthy_once
     assert [e[1] for e in plugin.node.events].count("GpuUnhealthy") == 1
     _no_tracebacks(caplog)
 
-    path.write_bytes(saved)  # the GPUs are back
+    # the GPUs are back, in one piece: the sim's own writers replace the file by rename,
+    # and a reader that caught a half-written restore would see one more failure
+    restored = path.with_name(path.name + ".restored")
+    restored.write_bytes(saved)
+    restored.replace(path)
     await w.until(lambda d: set(d.values()) == {"Healthy"})
     assert len(_lines(caplog, "GPU events can be read again")) == 1
     assert plugin.node.events[-1][1] == "GpuRecovered"
