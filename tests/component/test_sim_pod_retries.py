@@ -39,9 +39,10 @@ class TimingOutClient:
         self._maybe_time_out("create")
         return SimpleNamespace(status=SimpleNamespace(token="a-token"))
 
-    async def patch(self, kind: Any, name: str, body: dict[str, Any], **kw: Any) -> None:
+    async def patch(self, kind: Any, name: str, body: dict[str, Any], **kw: Any) -> Any:
         self._maybe_time_out("patch")
         self.statuses.append(body["status"])
+        return SimpleNamespace(metadata=SimpleNamespace(resourceVersion=str(len(self.statuses))))
 
 
 async def _nothing() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -19,8 +20,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod, PodStatus
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
+from lightkube.types import PatchType
 
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
@@ -439,3 +441,47 @@ async def test_a_crashing_container_is_restarted_with_backoff(
     await akube.create(never, namespace=namespace)
     done = await eventually(lambda: _phase(akube, "once", namespace, "Succeeded"), timeout=30)
     assert done.status.containerStatuses[0].state.terminated.reason == "Completed"
+
+
+async def test_a_pod_status_someone_else_changed_is_written_again(
+    make_node: MakeNode, akube: AsyncClient, namespace: str
+) -> None:
+    """As kubelet's status manager: the node controller marks the pods of a node whose lease
+    lagged not Ready; once the node is back, the kubelet writes its own view again (at 300
+    simulated nodes one driver pod stayed Ready=False for good, and the ClusterPolicy with
+    it). A status that matches the kubelet's view is left alone: no write loop."""
+    await make_node("sim-resync")
+    pod = Pod.from_dict(  # type: ignore[attr-defined]
+        {
+            "metadata": {"name": "steady"},
+            "spec": {
+                "nodeName": "sim-resync",
+                "containers": [{"name": "c", "image": "kubegpu:dev", "command": ["sleep", "3600"]}],
+            },
+        }
+    )
+    await akube.create(pod, namespace=namespace)
+
+    def ready(p: Any) -> str:
+        return next(c.status for c in p.status.conditions or [] if c.type == "Ready")
+
+    async def running_and_ready() -> Any:
+        p = await akube.get(Pod, "steady", namespace=namespace)
+        return p if p.status.phase == "Running" and ready(p) == "True" else None
+
+    p = await eventually(running_and_ready)
+    conditions = [
+        {**c.to_dict(), "status": "False"} if c.type == "Ready" else c.to_dict()
+        for c in p.status.conditions
+    ]
+    await akube.patch(
+        PodStatus,
+        "steady",
+        {"status": {"conditions": conditions}},
+        namespace=namespace,
+        patch_type=PatchType.MERGE,
+    )
+    back = await eventually(running_and_ready, timeout=10)
+    await asyncio.sleep(2.0)
+    later = await akube.get(Pod, "steady", namespace=namespace)
+    assert later.metadata.resourceVersion == back.metadata.resourceVersion  # written once

@@ -382,7 +382,9 @@ class SimNode:
                     await self._forget(uid)
                 elif data["metadata"].get("deletionTimestamp"):
                     await self._terminate(data)
-                elif uid not in self.runners and data.get("status", {}).get("phase") not in {
+                elif uid in self.runners:
+                    self.runners[uid].observe(data)
+                elif data.get("status", {}).get("phase") not in {
                     "Succeeded",
                     "Failed",
                 }:

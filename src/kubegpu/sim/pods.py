@@ -159,6 +159,8 @@ class PodRunner:
         self._stopping = False
         self._on_exit = on_exit
         self._status_lock = asyncio.Lock()
+        # what the API server last took from us: (resourceVersion, the fields we own)
+        self._written: tuple[str, StatusView] | None = None
         self._volume_sources: dict[str, Path] = {}
         self._projected_at = time.monotonic()
         self._objects = PodObjects(
@@ -566,6 +568,20 @@ class PodRunner:
         }
         return status
 
+    def observe(self, pod: Json) -> None:
+        """A newer version of the pod from the watch. As kubelet's status manager, write the
+        status again when someone else changed what this kubelet wrote: the node controller
+        marks the pods of a node whose lease lagged not Ready, and only the kubelet sets them
+        Ready again once the node is back."""
+        if self._written is None or self._stopping or self._status_lock.locked():
+            return  # not written yet, or a write is under way (it takes the status afresh)
+        version, view = self._written
+        if not newer_version(pod["metadata"].get("resourceVersion") or "", version):
+            return  # our own write, or an older version the watch delivers late
+        if status_view(pod.get("status") or {}) != view:
+            self._tasks = [t for t in self._tasks if not t.done()]
+            self._tasks.append(asyncio.create_task(self._push_status()))
+
     async def _push_status(self) -> None:
         """Write the pod's status. As kubelet's status manager, keep at it until the API
         server has it: a write lost to a timeout under load would leave the pod showing an
@@ -574,13 +590,16 @@ class PodRunner:
         async with self._status_lock:
             while True:
                 try:
-                    await self.node.client.patch(
+                    status = self.status()
+                    written = await self.node.client.patch(
                         PodStatus,
                         self.name,
-                        {"status": self.status()},
+                        {"status": status},
                         namespace=self.namespace,
                         patch_type=PatchType.MERGE,
                     )
+                    version = written.metadata.resourceVersion if written.metadata else None
+                    self._written = (version or "", status_view(status))
                     return
                 except ApiError as exc:
                     if exc.status.code == 404:  # the pod is gone
@@ -602,6 +621,30 @@ class PodRunner:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX_S)
+
+
+StatusView = tuple[str | None, frozenset[tuple[str, str]]]
+OWN_CONDITIONS = frozenset({"PodScheduled", "Initialized", "ContainersReady", "Ready"})
+
+
+def status_view(status: Json) -> StatusView:
+    """The part of a pod status the kubelet owns and keeps true: the phase and its own
+    conditions (others, such as DisruptionTarget, belong to whoever set them)."""
+    conditions = status.get("conditions") or []
+    return status.get("phase"), frozenset(
+        (str(c.get("type")), str(c.get("status")))
+        for c in conditions
+        if c.get("type") in OWN_CONDITIONS
+    )
+
+
+def newer_version(version: str, than: str) -> bool:
+    """Whether resourceVersion `version` is later than `than`. Versions are opaque to
+    clients, but the API server's come from etcd's revision, an integer that grows; a
+    version that is not one counts as newer unless equal."""
+    if version.isdigit() and than.isdigit():
+        return int(version) > int(than)
+    return version != than
 
 
 def qos_class(spec: Json) -> str:
