@@ -80,14 +80,6 @@ def large_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Co
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def api_requests(cp: ControlPlane) -> Counter[str]:
-    """The API server's request counter by "VERB resource subresource", every client."""
-    counts: Counter[str] = Counter()
-    for (verb, kind, sub), n in cp.request_counts().items():
-        counts[f"{verb} {kind} {sub}"] += n
-    return counts
-
-
 @pytest.fixture
 async def cluster(
     large_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
@@ -190,7 +182,7 @@ async def test_many_nodes_install_roll_out_a_change_and_repartition_at_once(
 ) -> None:
     client, nodes, op = cluster
     patches_before = op.api.counts["patch"]
-    install_before = api_requests(large_control_plane)
+    install_before = large_control_plane.request_counts()
     await client.create(ClusterPolicyResource(metadata=ObjectMeta(name="scale"), spec=POLICY))
 
     async def installed() -> bool:
@@ -199,7 +191,7 @@ async def test_many_nodes_install_roll_out_a_change_and_repartition_at_once(
         return await all_rolled_out(client)
 
     await eventually(installed, timeout=WAIT_S, interval=2.0)
-    install = api_requests(large_control_plane) - install_before
+    install = large_control_plane.request_counts() - install_before
 
     # every operand pod Running and ready, its kubegpu containers as tasks (no processes)
     pods = [p async for p in client.list(Pod, namespace=NAMESPACE)]
@@ -225,7 +217,7 @@ async def test_many_nodes_install_roll_out_a_change_and_repartition_at_once(
     # requests grow with the nodes, by a bounded amount per node: nothing polls. ConfigMap
     # volumes follow a watch (a GET only for an object the watch has not seen yet); the
     # pods' status writes and the components' own requests are a few dozen per node.
-    assert install["GET configmaps "] <= len(pods), install["GET configmaps "]
+    assert install["GET", "configmaps", ""] <= len(pods), install["GET", "configmaps", ""]
     assert sum(install.values()) <= 200 * NODES, install.most_common(12)
 
     # Prometheus scrapes every node's exporter: each answers for its eight GPUs
@@ -240,7 +232,7 @@ async def test_many_nodes_install_roll_out_a_change_and_repartition_at_once(
     await asyncio.sleep(2.0)  # let the install's last status writes settle
     old = {name: d["metadata"]["annotations"][HASH_ANNOTATION] for name, d in daemonsets.items()}
     operator_before = Counter(op.api.counts)
-    server_before = api_requests(large_control_plane)
+    server_before = large_control_plane.request_counts()
     await client.patch(
         ClusterPolicyResource,
         "scale",
@@ -257,12 +249,11 @@ async def test_many_nodes_install_roll_out_a_change_and_repartition_at_once(
 
     await eventually(updated, timeout=120, interval=0.2)
     operator_requests = Counter(op.api.counts) - operator_before
-    server_requests = api_requests(large_control_plane) - server_before
+    server_requests = large_control_plane.request_counts() - server_before
     daemonset_writes = sum(  # to the DaemonSets themselves, not their status
         n
-        for key, n in server_requests.items()
-        if key.split(" ")[1:] == ["daemonsets", ""]
-        and key.split(" ")[0] in {"APPLY", "PATCH", "UPDATE"}
+        for (verb, kind, sub), n in server_requests.items()
+        if (kind, sub) == ("daemonsets", "") and verb in {"APPLY", "PATCH", "UPDATE"}
     )
     assert operator_requests["apply"] == len(STRATEGY_DAEMONSETS)
     assert operator_requests["patch"] == 0  # no node labels for a spec change
@@ -289,7 +280,7 @@ async def test_many_nodes_install_roll_out_a_change_and_repartition_at_once(
     # every node relabelled to a new MIG layout at once: each MIG manager pauses its node's
     # operands, repartitions the eight GPUs, and the device plugin advertises the instances
     names = [n.name for n in nodes]
-    relabel_before = api_requests(large_control_plane)
+    relabel_before = large_control_plane.request_counts()
     await asyncio.gather(
         *(
             client.patch(
@@ -314,5 +305,5 @@ async def test_many_nodes_install_roll_out_a_change_and_repartition_at_once(
         return True
 
     await eventually(repartitioned, timeout=WAIT_S, interval=2.0)
-    relabel = api_requests(large_control_plane) - relabel_before
+    relabel = large_control_plane.request_counts() - relabel_before
     assert sum(relabel.values()) <= 200 * NODES, relabel.most_common(12)

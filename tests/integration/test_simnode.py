@@ -308,7 +308,7 @@ async def _pods_on(akube: AsyncClient, namespace: str, node: str | None) -> list
 
 
 async def test_pods_get_configmaps_kept_current_and_a_working_service_account(
-    make_node: MakeNode, akube: AsyncClient, namespace: str
+    make_node: MakeNode, akube: AsyncClient, namespace: str, control_plane: Any
 ) -> None:
     node = await make_node("sim-cfg")
     await akube.create(
@@ -383,12 +383,18 @@ async def test_pods_get_configmaps_kept_current_and_a_working_service_account(
         return (data / "api").read_text() if (data / "api").exists() else ""
 
     assert await eventually(talked_to_the_api, timeout=60) == "sim-cfg blue"
+    token = ("POST", "serviceaccounts", "token")
+    tokens = control_plane.request_counts()[token]
+    assert tokens > 0  # the pod's token volume asked for one
     await akube.patch(ConfigMap, "cfg", {"data": {"colour": "green"}}, namespace=namespace)
 
     async def refreshed() -> bool:
         return (data / "seen").exists() and (data / "seen").read_text() == "green"
 
     await eventually(refreshed, timeout=30)
+    # only the volume that shows the ConfigMap was rewritten: the service-account token
+    # volume kept its token (it is renewed at 80% of its life, not on every change)
+    assert control_plane.request_counts()[token] == tokens
     await akube.delete(Pod, "reader", namespace=namespace)
     await eventually(lambda: _gone(akube, "reader", namespace), timeout=30)
     assert node.pids() == []

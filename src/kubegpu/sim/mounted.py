@@ -28,7 +28,7 @@ from kubegpu.kube.informer import Informer, Obj
 from kubegpu.kube.reads import get_json
 
 ObjectKey = tuple[str, str, str]  # kind, namespace, name
-Listener = Callable[[], None]
+Listener = Callable[[ObjectKey], None]  # told which object changed
 KINDS: dict[str, Any] = {"ConfigMap": ConfigMap, "Secret": Secret}
 SYNC_WAIT_S = 10.0
 
@@ -87,7 +87,7 @@ class MountedObjects:
         meta = (new or old or {}).get("metadata") or {}
         key = (kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         for listener in list(self._listeners.get(key, ())):
-            listener()
+            listener(key)
 
     async def close(self) -> None:
         await cancel_all(self._tasks)

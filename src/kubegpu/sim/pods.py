@@ -17,7 +17,6 @@ import os
 import shutil
 import signal
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,11 +40,12 @@ from kubegpu.sim.inprocess import (
     in_process_command,
 )
 from kubegpu.sim.kubeletserver import LogSource
-from kubegpu.sim.mounted import MountedObjects
+from kubegpu.sim.mounted import MountedObjects, ObjectKey
 from kubegpu.sim.podenv import ENV_NODE_ROOT, base_env, container_env, field_value
 from kubegpu.sim.podvolumes import (
     PodObjects,
     container_mounts,
+    holds_token,
     prepare_volume,
     volume_dir,
     volume_files,
@@ -58,7 +58,6 @@ log = logging.getLogger(__name__)
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
-TOKEN_RENEW_S = 1800.0
 RETRIED_CODES = frozenset({409, 429, 500, 502, 503, 504})  # worth sending a status again
 # what preparing a pod's volumes or a container's environment may raise: a bad object or
 # file, the API server's refusal, a request that timed out or lost its connection (under
@@ -162,7 +161,6 @@ class PodRunner:
         # what the API server last took from us: (resourceVersion, the fields we own)
         self._written: tuple[str, StatusView] | None = None
         self._volume_sources: dict[str, Path] = {}
-        self._projected_at = time.monotonic()
         self._objects = PodObjects(
             node.client,
             self.namespace,
@@ -170,6 +168,7 @@ class PodRunner:
             node.mounted,
         )
         self._volumes_changed = asyncio.Event()
+        self._changed_objects: set[ObjectKey] = set()
         self._stop_listening: Callable[[], None] = lambda: None
 
     @property
@@ -196,7 +195,11 @@ class PodRunner:
         written, so no change slips in between."""
         mounted = set().union(*map(self._objects.mounted, self.pod["spec"].get("volumes") or []))
         if mounted:
-            self._stop_listening = self.node.mounted.listen(mounted, self._volumes_changed.set)
+            self._stop_listening = self.node.mounted.listen(mounted, self._object_changed)
+
+    def _object_changed(self, key: ObjectKey) -> None:
+        self._changed_objects.add(key)
+        self._volumes_changed.set()
 
     async def start(self) -> None:
         self._listen()
@@ -294,25 +297,43 @@ class PodRunner:
             )
 
     async def _refresh_volumes(self) -> None:
-        """Keep ConfigMap and Secret volumes current, as kubelet does: a volume is rewritten
-        when an object it shows changes (the node's watch says so, `sim.mounted`), a
-        projected one also when its service-account token, issued for an hour, is at its
-        half-life."""
+        """Keep ConfigMap, Secret and token volumes current, as kubelet does: a volume is
+        rewritten when an object it shows changes (the node's watch says so, `sim.mounted`),
+        one with a service-account token also when the token is due for refresh. A rewrite
+        that fails is tried again with backoff."""
         volumes = self.pod["spec"].get("volumes") or []
+        delay = BACKOFF_START_S
         while not self._stopping:
-            due = TOKEN_RENEW_S - (time.monotonic() - self._projected_at)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._volumes_changed.wait(), timeout=max(0.0, due))
+                due = self._objects.token_refresh_in()
+                await asyncio.wait_for(self._volumes_changed.wait(), timeout=due)
             self._volumes_changed.clear()
-            renew_tokens = time.monotonic() - self._projected_at >= TOKEN_RENEW_S
+            changed, self._changed_objects = self._changed_objects, set()
+            renew = self._objects.token_refresh_in() == 0.0
+            failed = False
             for vol in volumes:
-                if not (self._objects.mounted(vol) or (renew_tokens and "projected" in vol)):
+                if not (self._objects.mounted(vol) & changed or (renew and holds_token(vol))):
                     continue
-                with contextlib.suppress(*VOLUME_FAILURES):
+                try:
                     files = await volume_files(vol, self._objects, self._field)
                     write_files(volume_dir(self.dir, vol["name"]), files)
-            if renew_tokens:
-                self._projected_at = time.monotonic()
+                except VOLUME_FAILURES as exc:
+                    log.warning(
+                        "pod %s/%s volume %s: %s; trying again in %.0fs",
+                        self.namespace,
+                        self.name,
+                        vol["name"],
+                        str(exc) or type(exc).__name__,
+                        delay,
+                    )
+                    failed = True
+            if not failed:
+                delay = BACKOFF_START_S
+                continue
+            self._changed_objects |= changed  # the next round tries these again
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX_S)
+            self._volumes_changed.set()
 
     def _field(self, path: str) -> str:
         return field_value(self.pod, self.node.name, path)

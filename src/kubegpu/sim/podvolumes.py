@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,11 @@ class PodObjects:
     namespace: str
     service_account: str
     cache: MountedObjects  # ConfigMaps and Secrets, watched (sim.mounted)
+    clock: Callable[[], float] = time.monotonic
+    # (audience, lifetime s) -> (token, when it is due for refresh on `clock`)
+    tokens: dict[tuple[str | None, int], tuple[str, float]] = field(
+        default_factory=dict, compare=False
+    )
 
     def mounted(self, vol: Json) -> set[ObjectKey]:
         """The ConfigMaps and Secrets a volume shows, as the cache names them."""
@@ -68,11 +74,18 @@ class PodObjects:
         data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
         return _select(data, ref.get("items"))
 
-    async def token(self, seconds: int) -> str:
-        """A token for the pod's service account (never shorter than ten minutes)."""
+    async def token(self, seconds: int, audience: str | None = None) -> str:
+        """A token for the pod's service account (never shorter than ten minutes), reused
+        until 80% of its life has passed, when kubelet's token manager asks for a new one."""
+        lifetime = max(600, seconds)
+        cached = self.tokens.get((audience, lifetime))
+        if cached is not None and self.clock() < cached[1]:
+            return cached[0]
         request = ServiceAccountToken(
             metadata=ObjectMeta(),
-            spec=TokenRequestSpec(audiences=[], expirationSeconds=max(600, seconds)),
+            spec=TokenRequestSpec(
+                audiences=[audience] if audience else [], expirationSeconds=lifetime
+            ),
         )
         result = await self.client.create(request, self.service_account, namespace=self.namespace)
         token = result.status.token if result.status else None
@@ -80,7 +93,14 @@ class PodObjects:
             raise ValueError(
                 f"no token issued for service account {self.namespace}/{self.service_account}"
             )
+        self.tokens[(audience, lifetime)] = (str(token), self.clock() + 0.8 * lifetime)
         return str(token)
+
+    def token_refresh_in(self) -> float | None:
+        """Seconds until the first token handed out is due for refresh; None with none."""
+        if not self.tokens:
+            return None
+        return max(0.0, min(due for _, due in self.tokens.values()) - self.clock())
 
 
 async def prepare_volume(
@@ -107,6 +127,12 @@ async def prepare_volume(
     return target
 
 
+def holds_token(vol: Json) -> bool:
+    """Whether a volume shows a service-account token (a projected source of one)."""
+    sources = (vol.get("projected") or {}).get("sources") or []
+    return any("serviceAccountToken" in src for src in sources)
+
+
 def volume_dir(pod_dir: Path, name: str) -> Path:
     """Where a volume kubelet writes (not a hostPath) lives on the node."""
     return pod_dir / "volumes" / name
@@ -128,9 +154,8 @@ async def volume_files(vol: Json, objects: PodObjects, field: FieldResolver) -> 
         for src in vol["projected"].get("sources") or []:
             if "serviceAccountToken" in src:
                 sat = src["serviceAccountToken"]
-                out[sat["path"]] = (
-                    await objects.token(sat.get("expirationSeconds", 3607))
-                ).encode()
+                token = await objects.token(sat.get("expirationSeconds", 3607), sat.get("audience"))
+                out[sat["path"]] = token.encode()
             elif "configMap" in src:
                 out.update(await objects.configmap_files(src["configMap"]))
             elif "secret" in src:
