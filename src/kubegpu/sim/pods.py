@@ -160,6 +160,7 @@ class PodRunner:
         self._status_lock = asyncio.Lock()
         # what the API server last took from us: (resourceVersion, the fields we own)
         self._written: tuple[str, StatusView] | None = None
+        self._observed: tuple[str, StatusView] | None = None  # the watch's latest version
         self._volume_sources: dict[str, Path] = {}
         self._objects = PodObjects(
             node.client,
@@ -594,12 +595,19 @@ class PodRunner:
         status again when someone else changed what this kubelet wrote: the node controller
         marks the pods of a node whose lease lagged not Ready, and only the kubelet sets them
         Ready again once the node is back."""
-        if self._written is None or self._stopping or self._status_lock.locked():
-            return  # not written yet, or a write is under way (it takes the status afresh)
-        version, view = self._written
-        if not newer_version(pod["metadata"].get("resourceVersion") or "", version):
-            return  # our own write, or an older version the watch delivers late
-        if status_view(pod.get("status") or {}) != view:
+        version = pod["metadata"].get("resourceVersion") or ""
+        self._observed = (version, status_view(pod.get("status") or {}))
+        self._resync()
+
+    def _resync(self) -> None:
+        if self._written is None or self._observed is None or self._stopping:
+            return  # nothing to compare yet
+        if self._status_lock.locked():
+            return  # a write is under way; it compares again when done
+        (written, view), (seen, seen_view) = self._written, self._observed
+        # skipped: our own write, and older versions the watch delivers late
+        if newer_version(seen, written) and seen_view != view:
+            self._observed = None
             self._tasks = [t for t in self._tasks if not t.done()]
             self._tasks.append(asyncio.create_task(self._push_status()))
 
@@ -607,6 +615,10 @@ class PodRunner:
         """Write the pod's status. As kubelet's status manager, keep at it until the API
         server has it: a write lost to a timeout under load would leave the pod showing an
         old state for good. The status is taken afresh for each try."""
+        await self._write_status()
+        self._resync()  # someone else may have written meanwhile
+
+    async def _write_status(self) -> None:
         delay = BACKOFF_START_S
         async with self._status_lock:
             while True:

@@ -1,0 +1,91 @@
+"""The simulated kubelet keeps a pod's status its own, as kubelet's status manager does.
+
+When someone else changes the phase or the conditions it wrote (the node controller marks
+the pods of a lagging node not Ready), it writes its view again, even when that change
+arrived while one of its own writes was under way. Its own writes and older versions the
+watch delivers late cause no write: there is no write loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from kubegpu.sim.devices import DeviceManager
+from kubegpu.sim.mounted import MountedObjects
+from kubegpu.sim.pods import NodeContext, PodRunner
+
+
+class GatedClient:
+    """Takes status writes, each answered with the next resourceVersion; the first write
+    waits for `gate`."""
+
+    def __init__(self) -> None:
+        self.writes: list[dict[str, Any]] = []
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.version = 10
+
+    async def patch(self, kind: Any, name: str, body: dict[str, Any], **kw: Any) -> Any:
+        self.entered.set()
+        await self.gate.wait()
+        self.writes.append(body["status"])
+        self.version += 1
+        return SimpleNamespace(metadata=SimpleNamespace(resourceVersion=str(self.version)))
+
+
+POD = {
+    "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
+    "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+}
+
+
+def _seen(version: int, runner: PodRunner, **ready: str) -> dict[str, Any]:
+    """The pod as the watch shows it: the runner's own status, conditions overridden."""
+    status = runner.status()
+    status["conditions"] = [
+        {**c, "status": ready.get(c["type"], c["status"])} for c in status["conditions"]
+    ]
+    return {"metadata": {"resourceVersion": str(version)}, "status": status}
+
+
+async def _settle() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def test_a_status_changed_by_someone_else_is_written_again(tmp_path: Path) -> None:
+    client = GatedClient()
+    node = NodeContext(
+        name="n",
+        root=tmp_path,
+        client=client,  # type: ignore[arg-type]
+        devices=DeviceManager(tmp_path / "device-plugins", lambda: asyncio.sleep(0)),
+        api_host="127.0.0.1",
+        api_port=6443,
+        extra_env={},
+        mounted=MountedObjects(client),  # type: ignore[arg-type]
+    )
+    runner = PodRunner(node, POD, lambda r: asyncio.sleep(0))
+    runner.observe(_seen(9, runner, Ready="False"))  # before any write: nothing to compare
+    first = asyncio.create_task(runner._push_status())
+    await client.entered.wait()
+    # the node controller writes while our write is under way; its version is newer
+    runner.observe(_seen(12, runner, Ready="Unknown"))
+    client.gate.set()
+    await first
+    await _settle()
+    assert len(client.writes) == 2  # written again once our own write was done
+
+    runner.observe(_seen(12, runner))  # our write's own version, as we wrote it
+    runner.observe(_seen(11, runner, Ready="Unknown"))  # an older version, late
+    runner.observe(_seen(14, runner))  # a newer version that agrees (a label changed)
+    await _settle()
+    assert len(client.writes) == 2
+
+    runner.observe(_seen(15, runner, Ready="Unknown"))  # someone else again
+    await _settle()
+    assert len(client.writes) == 3
+    await runner.stop(0)
