@@ -89,3 +89,45 @@ async def test_a_status_changed_by_someone_else_is_written_again(tmp_path: Path)
     await _settle()
     assert len(client.writes) == 3
     await runner.stop(0)
+
+
+async def test_a_finished_pod_frees_its_devices_before_its_phase_is_written(
+    tmp_path: Path,
+) -> None:
+    """Once the API server has the terminal phase the scheduler may bind the next pod to
+    the same devices; its admission on this node must find them free."""
+    client = GatedClient()
+    client.gate.set()
+    node = NodeContext(
+        name="n",
+        root=tmp_path,
+        client=client,  # type: ignore[arg-type]
+        devices=DeviceManager(tmp_path / "device-plugins", lambda: asyncio.sleep(0)),
+        api_host="127.0.0.1",
+        api_port=6443,
+        extra_env={},
+        mounted=MountedObjects(client),  # type: ignore[arg-type]
+    )
+    freed_before: list[int] = []  # how many writes the API server had when devices were freed
+
+    async def exited(runner: PodRunner) -> None:
+        freed_before.append(len(client.writes))
+
+    pod = {
+        "metadata": {"name": "job", "namespace": "ns", "uid": "u-2"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "kubegpu:dev", "command": ["true"]}],
+        },
+    }
+    runner = PodRunner(node, pod, exited)
+    await runner.start()
+
+    async def succeeded() -> None:
+        while not (client.writes and client.writes[-1]["phase"] == "Succeeded"):
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(succeeded(), timeout=30)
+    assert len(freed_before) == 1
+    assert all(w["phase"] != "Succeeded" for w in client.writes[: freed_before[0]])
+    await runner.stop(0)

@@ -27,7 +27,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, NodeStatus, Pod
 from lightkube.types import PatchType, on_error_retry
 
-from kubegpu.base.tasks import cancel_all
+from kubegpu.base.tasks import bounded_stop, cancel_all
 from kubegpu.nvml.sim import SimControls, SimNvml
 from kubegpu.sim import gpuload, inprocess, mounted, netaddr
 from kubegpu.sim.devices import DeviceManager
@@ -211,11 +211,11 @@ class SimNode:
             self.mounted = None
         # a process whose start raced with the stop has no runner handle: find it by marker
         kill_pod_processes(self.root)
-        await self.pod_resources.stop()
-        await self.devices.stop()
-        await self.dra.stop()
+        await bounded_stop(self.pod_resources.stop(), f"node {self.name}: pod-resources server")
+        await bounded_stop(self.devices.stop(), f"node {self.name}: device manager")
+        await bounded_stop(self.dra.stop(), f"node {self.name}: DRA manager")
         if self.kubelet is not None:
-            await self.kubelet.stop()
+            await bounded_stop(self.kubelet.stop(), f"node {self.name}: kubelet server")
             self.kubelet = None
         if self.network is not None:
             await asyncio.to_thread(netaddr.release, self.network)

@@ -375,8 +375,8 @@ class PodRunner:
                     break
                 if self.restart_policy == "Never":
                     self.phase, self.reason = "Failed", "InitContainerFailed"
-                    await self._push_status()
                     await self._on_exit(self)
+                    await self._push_status()
                     return
                 await self._backoff(c)
         if self._stopping:
@@ -387,8 +387,11 @@ class PodRunner:
             return
         codes = [c.state.get("terminated", {}).get("exitCode", 1) for c in self.containers]
         self.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
-        await self._push_status()
+        # devices first: once the API server has the terminal phase the scheduler may bind
+        # the next pod to them, and its admission must find them free (a kubelet's device
+        # manager counts only active pods' devices)
         await self._on_exit(self)
+        await self._push_status()
 
     async def _keep_running(self, c: ContainerState) -> None:
         while not self._stopping:
