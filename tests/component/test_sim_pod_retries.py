@@ -17,9 +17,11 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
+from kubegpu.sim import node as node_module
 from kubegpu.sim import pods
 from kubegpu.sim.devices import DeviceManager
 from kubegpu.sim.mounted import MountedObjects
+from kubegpu.sim.node import SimNode, SimNodeConfig
 from kubegpu.sim.pods import NodeContext, PodRunner
 
 
@@ -101,3 +103,27 @@ async def test_a_pod_starts_and_reports_running_through_timeouts(
         assert client.failures == {"create": 0, "patch": 0}  # every timeout was met
     finally:
         await runner.stop(0)
+
+
+async def test_a_deleted_pod_is_removed_for_good_through_timeouts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kubelet's last word on a deleted pod (a delete with no grace left once its containers
+    are gone) is sent until the API server has it: lost to a timeout, the pod would stay
+    Terminating for good (seen at 300 nodes)."""
+    monkeypatch.setattr(node_module, "BACKOFF_START_S", 0.01)
+    deletes: list[str] = []
+
+    class DeleteTimingOut:
+        async def delete(self, kind: Any, name: str, namespace: str, grace_period: int) -> None:
+            deletes.append(name)
+            if len(deletes) < 3:
+                raise httpx.ConnectTimeout("timed out")
+
+    node = SimNode(SimNodeConfig(name="n", root=tmp_path), tmp_path / "kubeconfig")
+    node.client = DeleteTimingOut()  # type: ignore[assignment]
+    pod = {"metadata": {"name": "gone", "namespace": "ns", "uid": "u-9"}}
+    node._terminating.add("u-9")
+    await asyncio.wait_for(node._terminate(pod), timeout=10)
+    assert deletes == ["gone", "gone", "gone"]
+    assert "u-9" not in node._terminating  # a later event for it is handled again

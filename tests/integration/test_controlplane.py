@@ -25,6 +25,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
 
 from kubegpu.sim.controlplane import (
     COMPONENTS,
+    LEADER_LEASE_S,
     ControlPlane,
     ControlPlaneError,
     PidRecord,
@@ -155,6 +156,8 @@ def test_the_controller_manager_and_scheduler_hold_their_leader_leases(kube: Cli
     for name in ("kube-controller-manager", "kube-scheduler"):
         lease = kube.get(Lease, name, namespace="kube-system")
         assert lease.spec and lease.spec.holderIdentity
+        # long enough that a loaded API server does not make the only instance lose it
+        assert lease.spec.leaseDurationSeconds == LEADER_LEASE_S
 
 
 def test_the_controller_manager_runs_a_deployment_and_collects_its_garbage(

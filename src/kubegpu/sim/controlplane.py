@@ -367,6 +367,10 @@ class _Stage:
     waiting_for: str = "starting"
 
 
+LEADER_LEASE_S = 120
+LEADER_RENEW_DEADLINE_S = 100
+
+
 @dataclass(frozen=True)
 class ControlPlaneSize:
     """The flags a cluster of a given size sets on its control plane. None leaves the
@@ -951,6 +955,11 @@ class ControlPlane:
             f"--tls-cert-file={self._pki(f'{name}-serving.crt')}",
             f"--tls-private-key-file={self._pki(f'{name}-serving.key')}",
             "--leader-elect=true",
+            # one instance of each, so no failover to be quick about: with the defaults
+            # (15 s lease, 10 s renew deadline) an API server slowed by load (300 nodes on
+            # 2 cores) made both lose their lease and exit, and nothing scheduled again
+            f"--leader-elect-lease-duration={LEADER_LEASE_S}s",
+            f"--leader-elect-renew-deadline={LEADER_RENEW_DEADLINE_S}s",
             "--profiling=false",
             *self.size.client_args(),
             *self._common_k8s_args(),

@@ -9,7 +9,6 @@ in-process (`await node.start()`) or as `kubegpu sim node`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import platform
 import uuid
@@ -37,7 +36,15 @@ from kubegpu.sim.kubeletserver import KubeletServer, LogSource, serving_context
 from kubegpu.sim.mounted import MountedObjects
 from kubegpu.sim.netaddr import NodeAddress
 from kubegpu.sim.podresources import PodRef, PodResourcesServer
-from kubegpu.sim.pods import NodeContext, PodRunner, kill_pod_processes, now
+from kubegpu.sim.pods import (
+    BACKOFF_MAX_S,
+    BACKOFF_START_S,
+    RETRIED_CODES,
+    NodeContext,
+    PodRunner,
+    kill_pod_processes,
+    now,
+)
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +136,7 @@ class SimNode:
             self.dra.dynamic_resources,
         )
         self.runners: dict[str, PodRunner] = {}
+        self._terminating: set[str] = set()  # uids of pods being stopped for deletion
         self._tasks: list[asyncio.Task[None]] = []
         self._status_lock = asyncio.Lock()
         self._last_resources: dict[str, tuple[int, int]] = {}
@@ -381,7 +389,10 @@ class SimNode:
                 if op == "DELETED":
                     await self._forget(uid)
                 elif data["metadata"].get("deletionTimestamp"):
-                    await self._terminate(data)
+                    if uid not in self._terminating:  # a pod's grace period is its own:
+                        self._terminating.add(uid)  # others' events go on meanwhile
+                        self._tasks = [t for t in self._tasks if not t.done()]
+                        self._tasks.append(asyncio.create_task(self._terminate(data)))
                 elif uid in self.runners:
                     self.runners[uid].observe(data)
                 elif data.get("status", {}).get("phase") not in {
@@ -415,22 +426,46 @@ class SimNode:
         return self._ctx
 
     async def _terminate(self, data: dict[str, Any]) -> None:
+        """A pod being deleted: stop it within its grace period, free what it held, and
+        delete it for good, as kubelet does once its containers are gone; that last delete
+        is sent again until the API server has it (a timeout under load left the pod
+        Terminating for good)."""
         assert self.client is not None
-        uid = data["metadata"]["uid"]
-        runner = self.runners.pop(uid, None)
-        grace = data["metadata"].get("deletionGracePeriodSeconds")
-        if runner is not None:
-            await runner.stop(float(grace) if grace is not None else None)
-            runner.cleanup()
-        self.devices.release(uid)
-        self.dra.release(uid)
-        with contextlib.suppress(ApiError):
-            await self.client.delete(
-                Pod,
-                data["metadata"]["name"],
-                namespace=data["metadata"]["namespace"],
-                grace_period=0,
-            )
+        meta = data["metadata"]
+        uid = meta["uid"]
+        try:
+            runner = self.runners.get(uid)  # still the node's while it stops
+            grace = meta.get("deletionGracePeriodSeconds")
+            if runner is not None:
+                await runner.stop(float(grace) if grace is not None else None)
+                runner.cleanup()
+                self.runners.pop(uid, None)
+            self.devices.release(uid)
+            self.dra.release(uid)
+            delay = BACKOFF_START_S
+            while True:
+                try:
+                    await self.client.delete(
+                        Pod, meta["name"], namespace=meta["namespace"], grace_period=0
+                    )
+                    return
+                except ApiError as exc:
+                    if exc.status.code not in RETRIED_CODES:
+                        return  # gone already (404), or not ours to finish
+                    why = str(exc.status.message)
+                except httpx.HTTPError as exc:
+                    why = str(exc) or type(exc).__name__
+                log.warning(
+                    "deleting pod %s/%s: %s; sending again in %.0fs",
+                    meta["namespace"],
+                    meta["name"],
+                    why,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
+        finally:
+            self._terminating.discard(uid)
 
     async def _forget(self, uid: str) -> None:
         runner = self.runners.pop(uid, None)
