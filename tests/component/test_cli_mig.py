@@ -45,6 +45,12 @@ def test_layouts_counts_a100() -> None:
     assert out.strip().endswith("19 layouts")
 
 
+def test_layouts_with_profiles_that_name_none_is_an_error_not_every_profile() -> None:
+    code, out, err = run("mig", "layouts", "-m", "h200", "--profiles", " , ")
+    assert (code, out) == (1, "")
+    assert "--profiles ' , ': names no profile" in err
+
+
 def test_generate_validate_apply_assert_export(tmp_path: Path, node: str) -> None:
     code, out, _ = run("mig", "generate", "--model", "h200")
     assert code == 0

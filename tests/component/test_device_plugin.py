@@ -1010,3 +1010,31 @@ async def test_without_nvml_and_fail_on_init_error_false_it_waits_until_stopped(
     assert not running.done()  # no devices, but up: as upstream, "waiting indefinitely"
     program.stop()
     await asyncio.wait_for(running, 5)
+
+
+async def test_without_nvml_the_named_config_the_node_runs_decides_fail_on_init_error(
+    tmp_path: Path,
+) -> None:
+    """With --config-dir the config is chosen by name, not given at start: its
+    flags.failOnInitError still decides whether the plugin exits or waits."""
+    from kubegpu.device_plugin.runner import DevicePluginFlags, DevicePluginProgram
+    from kubegpu.node.gpus import real_backend
+
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "lenient").write_text("flags: {failOnInitError: false}\n")
+    (configs / "strict").write_text("flags: {failOnInitError: true}\n")
+    gpus = replace(real_backend(), opener=_no_driver)
+    lenient = DevicePluginProgram(
+        DevicePluginFlags(config_dir=configs, default_config="lenient"), gpus
+    )
+    running = asyncio.create_task(lenient.run())
+    await asyncio.sleep(0.2)
+    assert not running.done()  # the named config said false: up, with no devices
+    lenient.stop()
+    await asyncio.wait_for(running, 5)
+    strict = DevicePluginProgram(
+        DevicePluginFlags(config_dir=configs, default_config="strict"), gpus
+    )
+    with pytest.raises(ComponentError, match="cannot start NVML"):
+        await strict.run()

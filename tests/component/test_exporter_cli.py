@@ -139,3 +139,35 @@ def test_flags_over_their_bounds_are_refused_before_any_gpu_is_read(
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "n.json").exists()
+
+
+def test_pod_label_and_uid_env_the_operator_sets_are_warned_about_not_dropped(
+    tmp_path: Path,
+) -> None:
+    """ClusterPolicy dcgmExporter.enablePodLabels / enablePodUID reach the exporter as DCGM's
+    env vars; kubegpu adds neither label, and says so once at start."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DCGM_EXPORTER_LISTEN": f"127.0.0.1:{port}",
+        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS": "true",
+        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID": "true",
+    }
+    proc = subprocess.Popen(
+        [*KUBEGPU, "exporter", "--nvml", f"sim:{tmp_path / 'n.json'}", "--sim-node", "l4:1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_healthy(proc, port)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=15)
+    assert proc.returncode == 0, stderr
+    for env_name in (
+        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
+        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",
+    ):
+        assert stderr.count(f"{env_name} is accepted and ignored") == 1, stderr

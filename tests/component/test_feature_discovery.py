@@ -87,6 +87,19 @@ def test_the_output_file_and_the_machine_type(h200: str, tmp_path: Path) -> None
     assert not list(out_file.parent.glob(".*"))  # written atomically, no temp file left
 
 
+def test_an_output_file_that_is_a_directory_is_refused_before_any_write(
+    h200: str, tmp_path: Path
+) -> None:
+    # was a traceback after the labels were computed, with `.gfd.tmp` left beside it
+    out_dir = tmp_path / "gfd"
+    out_dir.mkdir()
+    code, out, err = run("--oneshot", "--nvml", h200, "--output-file", str(out_dir))
+    assert (code, out) == (1, "")
+    assert f"--output-file {out_dir}: is a directory" in err
+    assert list(out_dir.iterdir()) == []
+    assert not list(tmp_path.glob(".*"))
+
+
 @pytest.mark.parametrize("source", ["/dev/zero", "big"])
 def test_a_huge_machine_type_file_is_read_only_in_part(
     h200: str, tmp_path: Path, source: str

@@ -119,6 +119,14 @@ def test_the_command_line_speaks_upstream_environment_names() -> None:
     assert result.exit_code == 2  # NODE_NAME is required
 
 
+def test_a_reboot_command_with_an_unbalanced_quote_is_refused_not_a_traceback() -> None:
+    result = runner.invoke(
+        app, ["mig-manager", "--node-name", "n1", "--reboot-command", "systemctl 'reboot"]
+    )
+    assert result.exit_code == 1
+    assert '--reboot-command "systemctl \'reboot": No closing quotation' in result.stderr
+
+
 async def test_a_kubelet_slow_to_answer_is_asked_again_before_the_change_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

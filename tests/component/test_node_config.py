@@ -86,6 +86,24 @@ async def test_a_label_naming_no_config_is_refused_on_load(configs: Path) -> Non
         cfg.load(cfg.choose())
 
 
+@pytest.mark.parametrize(
+    ("make", "what"), [(None, "does not exist"), ("file", "is not a directory")]
+)
+async def test_a_config_dir_that_is_not_a_directory_is_refused_not_read_as_empty(
+    tmp_path: Path, make: str | None, what: str
+) -> None:
+    # was "built-in defaults (no default config in ...)": a typo'd path advertised defaults
+    where = tmp_path / "configs"
+    if make == "file":
+        where.write_text(TS2)
+    cfg = NodeConfig(ConfigSource(config_dir=where))
+    with pytest.raises(SharingConfigError, match=f"config directory {where} {what}"):
+        cfg.load(cfg.choose())
+    where.unlink(missing_ok=True)
+    where.mkdir()  # an empty ConfigMap mount: the built-in defaults, as before
+    assert cfg.choose().source == f"built-in defaults (no default config in {where})"
+
+
 async def test_only_a_change_after_the_first_look_counts(configs: Path) -> None:
     cfg = watched(ConfigSource(config_dir=configs), NodeWatch(node({})))
     assert cfg.observe({CONFIG_LABEL: "ts2"}) is False  # the first look
@@ -141,3 +159,42 @@ async def test_reports_are_kept_and_recorded_as_node_events(configs: Path) -> No
     assert cfg.events == [("Warning", "ConfigRejected", "ts8 does not exist")]
     assert api.events and api.events[0]["reason"] == "ConfigRejected"
     assert api.events[0]["involvedObject"]["name"] == "n1"
+
+
+async def test_a_value_kubegpu_ignores_is_warned_about_once_per_source(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "c.yaml").write_text(TS2 + "flags: {deviceDiscoveryStrategy: tegra}\n")
+    cfg = NodeConfig(ConfigSource(config_file=tmp_path / "c.yaml"))
+    caplog.set_level(logging.WARNING)
+    cfg.load(cfg.choose())
+    cfg.load(cfg.choose())  # read again on every change or poll: said once
+    said = [r.getMessage() for r in caplog.records if "accepted and ignored" in r.getMessage()]
+    assert said == [
+        f"{tmp_path / 'c.yaml'}: field flags.deviceDiscoveryStrategy, value 'tegra' is "
+        "accepted and ignored: kubegpu discovers devices through NVML only"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kw", "said"),
+    [
+        (
+            {"config_file": Path("c.yaml"), "config_dir": Path("d")},
+            "--config-file c.yaml is ignored",
+        ),
+        (
+            {"config_file": Path("c.yaml"), "default_config": "ts2"},
+            "--default-config 'ts2' is ignored",
+        ),
+    ],
+)
+def test_a_config_option_the_other_options_make_moot_is_warned_about(
+    kw: dict[str, Any], said: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    NodeConfig(ConfigSource(**kw))
+    assert said in caplog.text
+    caplog.clear()
+    NodeConfig(ConfigSource(config_dir=Path("d"), default_config="ts2"))
+    assert caplog.text == ""

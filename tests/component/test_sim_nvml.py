@@ -58,6 +58,7 @@ def test_spec_lists_models_counts_and_options() -> None:
         ("h200:2;colour=red", "unknown option 'colour=red'"),
         ("h200:2;driver=new", "driver='new' is not a version"),
         ("h200:2;display=tv", "display='tv'"),
+        ("h200:2;driver=575.57.08;driver=1", "option driver= given twice"),  # not the last wins
     ],
 )
 def test_bad_specs_name_the_problem(text: str, message: str) -> None:

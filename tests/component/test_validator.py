@@ -279,6 +279,14 @@ def test_the_workload_pod_is_pinned_to_the_node_and_runs_the_validators_image(
     assert c["image"] == "kg:1"
     assert c["command"] == ["kubegpu", "validator", "workload", "plugin"]
     assert c["resources"] == {"limits": {"nvidia.com/mig-1g.5gb": 1}}
+    assert "imagePullSecrets" not in spec
+
+
+def test_the_workload_pod_pulls_with_the_validators_secrets(node: SimNvml, out: Path) -> None:
+    secrets = ("regcred", "mirror")
+    v = validator(node, out, "cuda", node_name="n1", image="r/kg:1", image_pull_secrets=secrets)
+    spec = v.workload_pod_manifest("cuda", None)["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
 
 
 # -- the commands --------------------------------------------------------------------------------------------
@@ -293,6 +301,20 @@ def test_check_command_writes_the_ready_file(node: SimNvml, out: Path) -> None:
     bad = runner.invoke(app, ["validator", "check", "-c", "gpu", "--output-dir", str(out)])
     assert bad.exit_code == 1
     assert "--component 'gpu': use one of driver, toolkit, cuda, plugin" in bad.stderr
+
+
+def test_check_command_refuses_a_mig_strategy_it_would_read_as_another(
+    node: SimNvml, out: Path
+) -> None:
+    """`Mixed` or a typo would make the plugin workload ask for a whole GPU, as `single`."""
+    result = runner.invoke(
+        app,
+        ["validator", "check", "--nvml", f"sim:{node.store.path}", "--output-dir", str(out)],
+        env={"COMPONENT": "driver", "MIG_STRATEGY": "Mixed"},
+    )
+    assert result.exit_code == 1
+    assert "--mig-strategy / MIG_STRATEGY 'Mixed': use one of none, single, mixed" in result.stderr
+    assert not (out / "driver-ready").exists()
 
 
 def test_wait_command_returns_once_the_files_exist(out: Path) -> None:
@@ -315,6 +337,27 @@ def test_wait_command_returns_once_the_files_exist(out: Path) -> None:
     )
     assert timeout.exit_code == 1
     assert "cuda not ready after 0.1s" in timeout.stderr
+
+
+def test_an_output_dir_that_is_a_file_or_a_nan_timeout_is_refused_at_start(
+    node: SimNvml, tmp_path: Path
+) -> None:
+    # the check used to pass and then end in a traceback writing <file>/driver-ready; a NaN
+    # timeout never compared true, so the wait never gave up
+    not_a_dir = tmp_path / "ready"
+    not_a_dir.write_text("")
+    result = runner.invoke(
+        app,
+        ["validator", "check", "-c", "driver", "--nvml", f"sim:{node.store.path}",
+         "--output-dir", str(not_a_dir)],
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert f"--output-dir {not_a_dir}: is a file, not a directory" in result.stderr
+    wait = runner.invoke(
+        app, ["validator", "wait", "cuda", "--output-dir", str(tmp_path), "--timeout", "nan"]
+    )
+    assert wait.exit_code == 1
+    assert "--timeout nan: must be 0 or more seconds" in wait.stderr
 
 
 def test_workload_command_refuses_a_container_without_an_allocated_device(node: SimNvml) -> None:

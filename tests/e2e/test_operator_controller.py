@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -239,3 +240,24 @@ async def test_disabling_a_component_removes_its_objects(
         t = time.monotonic()
         await eventually(removed, timeout=20)
         assert time.monotonic() - t < 20
+
+
+async def test_a_value_no_operand_carries_is_logged_once_as_ignored(
+    control_plane: ControlPlane,
+    api: AsyncClient,
+    operator_ns: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="kubegpu.operator.controller")
+    spec = {**POLICY, "driver": {**POLICY["driver"], "usePrecompiled": True}}
+    async with policy(api, spec) as name, running(control_plane, operator_ns) as op:
+        await eventually(lambda: _reconciled(op))
+        op.trigger()  # another pass over the same policy says nothing new
+        await eventually(lambda: _passes(op, 2))
+    said = [r.getMessage() for r in caplog.records if "accepted and ignored" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith(f"ClusterPolicy {name}: driver.usePrecompiled:")
+
+
+async def _passes(op: Operator, n: int) -> bool:
+    return op.reconciles >= n

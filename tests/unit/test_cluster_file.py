@@ -32,6 +32,18 @@ def test_the_example_cluster_file_loads() -> None:
         ("nodes:\n  - name: a\n  - name: a\n", "node name 'a' appears twice"),
         ("nodes:\n  - name: a\n    colour: red\n", "field nodes.0.colour, value 'red'"),
         ("nodes: [\n", "malformed YAML"),
+        # not coerced: "no" is not false, "2" is not a count
+        ("nodes:\n  - name: a\n    nfd: 'no'\n", "field nodes.0.nfd, value 'no'"),
+        ("nodes:\n  - name: a\n    count: '2'\n", "field nodes.0.count, value '2'"),
+        # the API server would refuse the node after the control plane has started
+        (
+            "nodes:\n  - name: a\n    labels: {'bad key!': v}\n",
+            "field nodes.0.labels: label key 'bad key!': a label key's name is 1 to 63",
+        ),
+        (
+            f"nodes:\n  - name: a\n    labels: {{k: {'x' * 64}}}\n",
+            "field nodes.0.labels: label 'k', value 'xxxx",
+        ),
     ],
 )
 def test_bad_cluster_files_name_field_and_value(tmp_path: Path, text: str, message: str) -> None:

@@ -51,6 +51,25 @@ def test_a_snapshot_round_trips_through_json() -> None:
         ('{"nodes": [], "nodes": []}', "duplicate key 'nodes'"),
         ("[]", "expected a snapshot object, got list"),
         ('{"nodes": [', "malformed JSON"),
+        # counts and flags are not coerced: a hand-edited "yes" is not read as true
+        ('{"version": true}', "field version, value True: expected the integer 1"),
+        (
+            '{"nodes": [{"name": "a", "unschedulable": "yes"}]}',
+            "field nodes['a'].unschedulable, value 'yes': Input should be a valid boolean",
+        ),
+        (
+            '{"daemon_sets": [{"namespace": "n", "name": "d", "desired": "3"}]}',
+            "field daemon_sets['d'].desired, value '3': Input should be a valid integer",
+        ),
+        (
+            '{"pods": [{"namespace": "n", "name": "p", "containers": '
+            '[{"name": "c", "ready": 1, "restart_count": 2}]}]}',
+            "field pods['p'].containers['c'].ready, value 1: Input should be a valid boolean",
+        ),
+        (
+            '{"events": [{"namespace": "n", "kind": "Node", "name": "a", "count": 2.0}]}',
+            "field events['a'].count, value 2.0: Input should be a valid integer",
+        ),
     ],
 )
 def test_a_bad_snapshot_is_refused_naming_file_field_and_value(text: str, message: str) -> None:
@@ -170,3 +189,25 @@ def test_a_captured_crash_loop_names_the_operand_and_its_last_words() -> None:
     owners = {f"pod/{p.key}": p.owner_name for p in snap.operand_pods}
     assert loops and {owners[f.object] for f in loops} == {"nvidia-dcgm-exporter"}
     assert any("DCGM_EXPORTER_INTERVAL" in f.evidence for f in loops)
+
+
+def test_a_kubeconfig_or_save_path_that_cannot_be_used_is_exit_3_before_any_read(
+    tmp_path: Path,
+) -> None:
+    # a malformed kubeconfig was a YAML traceback; a --save-snapshot directory was found only
+    # after the whole cluster had been read
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("clusters: [\n")
+    result = runner.invoke(app, ["doctor", "--kubeconfig", str(bad)])
+    assert result.exit_code == 3
+    assert f"{bad}: not a usable kubeconfig (ParserError" in result.stderr
+    bad.write_text("apiVersion: v1\nkind: Config\n")
+    assert (
+        "not a usable kubeconfig (KeyError"
+        in runner.invoke(app, ["doctor", "--kubeconfig", str(bad)]).stderr
+    )
+    result = runner.invoke(
+        app, ["doctor", "--kubeconfig", str(bad), "--save-snapshot", str(tmp_path)]
+    )
+    assert result.exit_code == 3
+    assert f"--save-snapshot {tmp_path}: is a directory" in result.stderr

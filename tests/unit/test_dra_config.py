@@ -186,6 +186,16 @@ def test_feature_gates_default_to_upstreams() -> None:
     assert "MPSSupport" in on
 
 
+def test_compute_domain_gates_given_a_value_are_named_as_ignored() -> None:
+    assert FeatureGates.parse("MPSSupport=true").ignored_warning() is None
+    gates = FeatureGates.parse("ComputeDomainCliques=false,MPSSupport=true")
+    assert "ComputeDomainCliques" not in gates  # accepted as given ...
+    assert gates.ignored == ("ComputeDomainCliques",)  # ... and said to change nothing
+    warning = gates.ignored_warning()
+    assert warning is not None
+    assert warning.startswith("FEATURE_GATES: ComputeDomainCliques accepted and ignored")
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

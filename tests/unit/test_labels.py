@@ -271,6 +271,20 @@ def test_mps_with_mig_enabled_is_an_error() -> None:
         compute_labels(gpus, config(text), SYSTEM)
 
 
+@pytest.mark.parametrize(
+    ("sharing", "message"),
+    [
+        ("{name: nvidia.com/gpu, replicas: 2, devices: [5]}", "device 5 is not one of"),
+        ("{name: nvidia.com/gpu, replicas: 2, devices: 3}", "requested 3 devices"),
+    ],
+)
+def test_a_sharing_the_plugin_refuses_is_not_labelled_as_shared(sharing: str, message: str) -> None:
+    # the labels said replicas=2 while the plugin refused the config and advertised nothing
+    text = f"sharing:\n  timeSlicing:\n    resources:\n    - {sharing}\n"
+    with pytest.raises(LabelError, match=message):
+        compute_labels(node("l4", 2), config(text), SYSTEM)
+
+
 # -- MIG: single --------------------------------------------------------------------------------
 
 

@@ -59,6 +59,8 @@ _ENTRY = "version: v1\nmig-configs:\n  c:\n    - devices: all\n"
         ("      mig_enabled: false\n", "field mig_enabled"),
         ("      mig-enabled: true\n      mig_devices: {1g.5gb: 1}\n", "field mig_devices"),
         ("      mig-enabled: true\n      mig-devices: {1g.5gb: 1, 1g.5gb: 2}\n", "duplicate key '1g.5gb'"),
+        # the same profile spelt twice would add up, a duplicate key in disguise
+        ("      mig-enabled: true\n      mig-devices: {1g.5gb: 1, '1g.5gb ': 2}\n", "field mig-devices: '1g.5gb ': write the profile as '1g.5gb'"),
     ],
 )  # fmt: skip
 def test_counts_and_flags_are_not_coerced_and_keys_are_kebab_case(entry: str, message: str) -> None:

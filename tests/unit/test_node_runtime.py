@@ -116,3 +116,19 @@ def test_an_unexpected_error_is_not_swallowed() -> None:
 
     with pytest.raises(RuntimeError, match="a bug"):
         run(lambda: OneShot(broken))
+
+
+def test_an_unknown_log_level_is_refused_before_the_component_is_built(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    built: list[bool] = []
+
+    def make() -> Agent:
+        built.append(True)
+        return Agent(fail="never run")
+
+    assert run(make, log_level="verbose") == 1
+    assert built == []
+    assert "error: --log-level / LOG_LEVEL 'verbose': use one of debug, info, warning, error" in (
+        capsys.readouterr().err
+    )

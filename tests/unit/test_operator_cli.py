@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -88,3 +89,58 @@ def test_demo_with_a_bad_cluster_file_names_the_field(tmp_path: Path) -> None:
     assert str(cluster) in result.stderr
     assert "gpus" in result.stderr
     assert "no-such-gpu" in result.stderr
+
+
+def test_the_operator_refuses_a_log_level_it_cannot_use() -> None:
+    result = runner.invoke(app, ["operator"], env={"LOG_LEVEL": "verbose"})
+    assert result.exit_code == 1
+    assert "LOG_LEVEL 'verbose': use debug, info, warn or error" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # a typo'd field would be dropped: the rendered stack would silently be the default
+        (
+            "kind: ClusterPolicy\nspec: {migg: {strategy: mixed}}\n",
+            "field spec.migg: not a ClusterPolicy field",
+        ),
+        (
+            "kind: ClusterPolicy\nsepc: {mig: {strategy: mixed}}\n",
+            "field sepc: not a field of a Kubernetes object",
+        ),
+        # the API server refuses a string where its schema says boolean: no coercion
+        (
+            "kind: ClusterPolicy\nspec: {devicePlugin: {enabled: 'false'}}\n",
+            "field spec.devicePlugin.enabled, value 'false': Input should be a valid boolean",
+        ),
+        # an invalid value is the file's error, never a traceback
+        (
+            "kind: ClusterPolicy\nspec: {mig: {strategy: 5}}\n",
+            "field spec.mig.strategy, value 5: Input should be 'none', 'single' or 'mixed'",
+        ),
+        ("kind: ClusterPolicy\nspec: [1, 2]\n", "field spec, value [1, 2]: expected a mapping"),
+        (
+            "apiVersion: nvidia.com/v2\nkind: ClusterPolicy\n",
+            "field apiVersion, value 'nvidia.com/v2': a ClusterPolicy is nvidia.com/v1",
+        ),
+    ],
+)
+def test_render_refuses_a_policy_the_api_server_would_not_take_as_written(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(text)
+    result = runner.invoke(app, ["operator", "render", "-f", str(policy)])
+    assert result.exit_code == 1
+    assert f"{policy}: {message}" in result.stderr
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+
+
+def test_the_operator_refuses_a_malformed_kubeconfig_without_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("clusters: [\n")
+    result = runner.invoke(app, ["operator", "--kubeconfig", str(bad)])
+    assert result.exit_code == 1
+    assert f"--kubeconfig: {bad}: not a usable kubeconfig (ParserError" in result.stderr

@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from kubegpu.plan import PlanInputError, load_input, parse_data, parse_input
-from kubegpu.plan.inputs import parse_compute, parse_memory
+from kubegpu.plan.inputs import MAX_NODES, parse_compute, parse_memory
+from kubegpu.plan.provider import GpuProvider
+from kubegpu.plan.reporter import PlanReporter
 
 FLEET = [{"name": "n1", "gpus": "h100-80gb:2"}]
 
@@ -158,3 +160,79 @@ def test_an_infinite_card_price_is_refused() -> None:
     with pytest.raises(PlanInputError) as err:
         parse_data(inp, "in.yaml")
     assert "card_price" in str(err.value)
+
+
+def test_a_fleet_of_more_than_max_nodes_in_all_is_refused_before_names_are_expanded() -> None:
+    # 100 entries of 10 000 nodes each used to hang on the duplicate-name check
+    fleet = [{"name": f"n{i}", "gpus": "l4:1", "count": MAX_NODES} for i in range(100)]
+    with pytest.raises(PlanInputError) as err:
+        parse_data({"fleet": fleet, "workloads": []}, "in.yaml")
+    assert str(err.value) == (
+        f"in.yaml: field fleet: {100 * MAX_NODES} nodes in all (counts expanded); "
+        f"at most {MAX_NODES}"
+    )
+    half = MAX_NODES // 2
+    two = [
+        {"name": "a", "gpus": "l4:1", "count": half},
+        {"name": "b", "gpus": "l4:1", "count": half},
+    ]
+    assert len(parse_data({"fleet": two, "workloads": []}).node_names()) == MAX_NODES
+
+
+@pytest.mark.parametrize(
+    ("where", "field", "value"),
+    [
+        ("workload", "priority", "5"),
+        ("workload", "priority", True),
+        ("options", "time_limit", "30"),
+        ("buy", "card_price", "1000"),
+        ("buy", "server_price", False),
+    ],
+)
+def test_numbers_are_not_coerced_from_text_or_booleans(where: str, field: str, value: Any) -> None:
+    inp: dict[str, Any] = {
+        "buy": [{"name": "box", "model": "l4", "card_price": 1000, "max_cards": 8}],
+        "workloads": [{"name": "w", "memory": "8GiB"}],
+    }
+    target = {"workload": inp["workloads"][0], "buy": inp["buy"][0]}.get(where)
+    if target is None:
+        inp["options"] = target = {}
+    target[field] = value
+    with pytest.raises(PlanInputError) as err:
+        parse_data(inp, "in.yaml")
+    assert f"{field}, value {value!r}: Input should be a valid number" in str(err.value)
+    target[field] = 2  # a whole number is still a number
+    parse_data(inp, "in.yaml")
+
+
+def test_buying_for_unbounded_replicas_stops_at_max_nodes_candidates() -> None:
+    inp = parse_data(
+        {
+            "buy": [{"name": "box", "model": "l4", "card_price": 1000, "max_cards": 8}],
+            # a few more whole L4s than MAX_NODES servers of 8 hold (10**12 used to OOM)
+            "workloads": [{"name": "w", "memory": "8GiB", "replicas": 8 * MAX_NODES + 40}],
+        }
+    )
+    assert len(GpuProvider(inp, PlanReporter()).nodes) == MAX_NODES
+
+
+@pytest.mark.parametrize(
+    ("second", "message"),
+    [
+        ("workloads: {name: w}\n", "field workloads, value {'name': 'w'}: expected a list"),
+        ("fleet: 'l4:1'\n", "field fleet, value 'l4:1': expected a list"),
+        ("options: 5\n", "field options, value 5: expected a mapping"),
+    ],
+)
+def test_a_file_that_cannot_be_merged_is_named_whichever_comes_first(
+    tmp_path: Path, second: str, message: str
+) -> None:
+    # these used to end in a Python traceback (dict.extend) or a message naming both files
+    first = tmp_path / "first.yaml"
+    first.write_text("fleet: [{name: n1, gpus: 'l4:1'}]\nworkloads: [{name: a, memory: 1}]\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(second)
+    for order in ([first, bad], [bad, first]):
+        with pytest.raises(PlanInputError) as err:
+            load_input(list(order))
+        assert str(err.value) == f"{bad}: {message}"

@@ -479,3 +479,35 @@ def test_sandbox_workloads_deploy_the_vm_operands() -> None:
     assert main(r, "nvidia-vfio-manager")["image"] == "nvcr.io/nvidia/vfiomanager:v1"
     assert not any(s.error for s in r.states)
     assert not rendered(vfioManager={"enabled": True}).state("state-vfio-manager").enabled
+
+
+def test_cc_manager_default_mode_becomes_its_default_cc_mode() -> None:
+    cc = {"enabled": True, "repository": "nvcr.io/nvidia/cloud-native", "image": "k8s-cc-manager"}
+    sandbox = {"enabled": True, "mode": "kata"}
+    r = rendered(sandboxWorkloads=sandbox, ccManager={**cc, "version": "v1", "defaultMode": "on"})
+    assert env(main(r, "nvidia-cc-manager"))["DEFAULT_CC_MODE"] == "on"
+    unset = rendered(sandboxWorkloads=sandbox, ccManager={**cc, "version": "v1"})
+    assert "DEFAULT_CC_MODE" not in env(main(unset, "nvidia-cc-manager"))
+    own = [{"name": "DEFAULT_CC_MODE", "value": "devtools"}]
+    mine = rendered(
+        sandboxWorkloads=sandbox, ccManager={**cc, "version": "v1", "defaultMode": "on", "env": own}
+    )
+    assert env(main(mine, "nvidia-cc-manager"))["DEFAULT_CC_MODE"] == "devtools"
+
+
+def test_gds_and_gdrcopy_reach_the_device_plugin_as_upstream_sets_them() -> None:
+    plugin = "nvidia-device-plugin-daemonset"
+    both = env(main(rendered(gds={"enabled": True}, gdrcopy={"enabled": True}), plugin))
+    gpudirect = ("GDS_ENABLED", "MOFED_ENABLED", "GDRCOPY_ENABLED")
+    assert {name: both[name] for name in gpudirect} == dict.fromkeys(gpudirect, "true")
+    neither = env(main(rendered(gds={"enabled": False}), plugin))
+    assert not set(gpudirect) & set(neither)
+
+
+def test_the_validators_pull_secrets_reach_its_workload_pods() -> None:
+    secret = {"imagePullSecrets": ["regcred", "mirror"]}
+    inits = pod(rendered(validator=secret), "nvidia-operator-validator")["initContainers"]
+    cuda = next(c for c in inits if c["name"] == "cuda-validation")
+    assert env(cuda)["VALIDATOR_IMAGE_PULL_SECRETS"] == "regcred,mirror"
+    plain = pod(rendered(), "nvidia-operator-validator")["initContainers"]
+    assert all("VALIDATOR_IMAGE_PULL_SECRETS" not in env(c) for c in plain)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kubegpu.sharing.config import (
     PluginConfig,
@@ -15,6 +18,7 @@ from kubegpu.sharing.config import (
     parse_config,
     parse_duration,
     resource_name,
+    wildcard_match,
     with_overrides,
 )
 
@@ -231,6 +235,20 @@ def test_resource_names_get_the_nvidia_prefix(name: str, expected: str) -> None:
 )
 def test_resource_patterns_are_anchored_wildcards(pattern: str, text: str, matches: bool) -> None:
     assert ResourcePattern(pattern=pattern, name="gpu").matches(text) is matches
+
+
+@given(st.text("ab*.", max_size=8), st.text("ab.", max_size=10))
+def test_wildcards_match_as_the_anchored_regex_of_their_pieces(pattern: str, text: str) -> None:
+    regex = ".*".join(re.escape(part) for part in pattern.split("*"))
+    assert wildcard_match(pattern, text) is (re.fullmatch(regex, text, re.DOTALL) is not None)
+
+
+def test_a_pattern_of_many_stars_is_answered_without_backtracking() -> None:
+    # as a regex of `.*` pieces this one hung feature discovery and the plugin (holding the
+    # GIL, so not even SIGTERM could stop them)
+    hostile = ResourcePattern(pattern="*" * 40 + "Z", name="gpu")
+    assert not hostile.matches("NVIDIA H200 NVL")
+    assert not wildcard_match("*a" * 30 + "Z", "a" * 200)
 
 
 @pytest.mark.parametrize(

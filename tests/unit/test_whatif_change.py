@@ -13,6 +13,7 @@ from kubegpu.plan.emit import render
 from kubegpu.whatif.change import (
     Change,
     ChangeError,
+    check_namespaces,
     check_nodes,
     label_change,
     load_configmap,
@@ -81,7 +82,9 @@ def test_label_options_become_node_labels() -> None:
     }
 
 
-@pytest.mark.parametrize("bad", ["gpu-1", "=x", "gpu-1=", "gpu-1=bad value"])
+@pytest.mark.parametrize(
+    "bad", ["gpu-1", "=x", "gpu-1=", "gpu-1=bad value", "gpu-1=all-disabled\n", "gpu-1\n=x"]
+)
 def test_a_label_option_that_is_not_node_equals_value_is_refused(bad: str) -> None:
     with pytest.raises(ChangeError, match="--mig-config"):
         label_change([bad], [])
@@ -148,3 +151,38 @@ def test_a_directory_without_the_planner_files_is_refused_naming_them(tmp_path: 
 def test_the_readme_example_patch_loads() -> None:
     example = Path(__file__).parents[2] / "examples/what-if/mixed-strategy.yaml"
     assert load_policy_patch(example) == {"mig": {"strategy": "mixed"}}
+
+
+def test_a_policy_patch_with_a_field_the_schema_lacks_is_refused_not_pruned(
+    tmp_path: Path,
+) -> None:
+    # the twin's API server would drop `migg`: the report would say nothing changes
+    path = tmp_path / "patch.yaml"
+    path.write_text("spec:\n  migg: {strategy: mixed}\n  devicePlugin: {enabeld: false}\n")
+    with pytest.raises(ChangeError) as err:
+        load_policy_patch(path)
+    assert str(err.value) == (
+        f"{path}: field spec.migg: not a ClusterPolicy field; the API server would refuse or "
+        "drop it (and 1 more)"
+    )
+    path.write_text("spec:\n  mig: {strategy: mixed}\n  devicePlugin: null\n")
+    assert load_policy_patch(path) == {"mig": {"strategy": "mixed"}, "devicePlugin": None}
+
+
+def test_a_configmap_for_another_namespace_is_refused_not_moved(tmp_path: Path) -> None:
+    # kubectl would create it in kube-system, where the operator never reads it
+    path = tmp_path / "cm.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: kube-system}\n"
+        "data: {a: b}\n"
+    )
+    change = Change(config_maps=(load_configmap(path),))
+    with pytest.raises(ChangeError) as err:
+        check_namespaces(change, "gpu-operator")
+    assert str(err.value).startswith(
+        f"{path}: field metadata.namespace, value 'kube-system': the operator reads its "
+        "ConfigMaps in 'gpu-operator'"
+    )
+    check_namespaces(change, "kube-system")
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\n")
+    check_namespaces(Change(config_maps=(load_configmap(path),)), "gpu-operator")

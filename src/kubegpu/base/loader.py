@@ -299,10 +299,16 @@ def validate(
     source: str,
     error: type[E],
     where: Where = dotted,
+    *,
+    strict: bool = False,
 ) -> M:
-    """`model` from `data`, or `error` naming the file, field and value of the first problem."""
+    """`model` from `data`, or `error` naming the file, field and value of the first problem.
+
+    `strict`: no value is coerced (`"3"` is not an integer, `"yes"` not a boolean), as an
+    API server's schema judges one. Only for models whose sequences are lists: pydantic's
+    strict mode fills a tuple field only from a tuple."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=strict or None)
     except ValidationError as exc:
         raise error(describe(exc, source, data, where)) from None
 

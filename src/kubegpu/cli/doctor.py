@@ -14,7 +14,7 @@ import httpx2
 import typer
 from lightkube.core.exceptions import ApiError, ConfigError
 
-from kubegpu.cli.options import KUBECONFIG_PATH_OPTION
+from kubegpu.cli.options import KUBECONFIG_PATH_OPTION, read_kubeconfig
 
 if TYPE_CHECKING:
     from kubegpu.doctor.snapshot import Snapshot
@@ -54,6 +54,12 @@ def doctor(
             "it cannot be combined with --snapshot"
         )
         raise typer.Exit(UNREAD)
+    if save_snapshot is not None and (
+        save_snapshot.is_dir() or not save_snapshot.parent.is_dir()
+    ):  # said before the cluster is read, not after
+        where = "is a directory" if save_snapshot.is_dir() else "its directory does not exist"
+        err.print(f"[red]error:[/red] --save-snapshot {save_snapshot}: {where}", soft_wrap=True)
+        raise typer.Exit(UNREAD)
     try:
         if snapshot is not None:
             snap = load_snapshot(snapshot)
@@ -66,7 +72,15 @@ def doctor(
         err.print(f"[red]error:[/red] cannot read the cluster: {exc}", soft_wrap=True)
         raise typer.Exit(UNREAD) from None
     if save_snapshot is not None:
-        save_snapshot.write_text(snap.to_json())
+        try:
+            save_snapshot.write_text(snap.to_json())
+        except OSError as exc:
+            err.print(
+                f"[red]error:[/red] --save-snapshot {save_snapshot}: cannot write: "
+                f"{exc.strerror or exc}",
+                soft_wrap=True,
+            )
+            raise typer.Exit(UNREAD) from None
     findings = run_checks(snap)
     if json_out:
         sys.stdout.write(report_json(findings, snap))
@@ -79,11 +93,11 @@ def doctor(
 
 
 async def _capture(kubeconfig: Path | None, namespace: str) -> Snapshot:
-    from lightkube import AsyncClient, KubeConfig
+    from lightkube import AsyncClient
 
     from kubegpu.doctor.capture import capture
 
-    config = KubeConfig.from_file(str(kubeconfig)) if kubeconfig else KubeConfig.from_env()
+    config = read_kubeconfig(kubeconfig)
     client = AsyncClient(config)
     try:
         context = config.current_context or ""

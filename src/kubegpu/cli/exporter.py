@@ -6,6 +6,7 @@ curl -s localhost:9400/metrics
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import typer
@@ -16,6 +17,8 @@ from kubegpu.exporter.program import ExporterProgram
 from kubegpu.kube.kubelet import POD_RESOURCES_SOCKET
 from kubegpu.node.gpus import gpu_backend
 from kubegpu.node.runtime import run
+
+log = logging.getLogger("kubegpu.exporter")
 
 
 def exporter(
@@ -93,6 +96,18 @@ def exporter(
         help="More resource names to attribute, comma-separated (nvidia.com/gpu, "
         "nvidia.com/gpu.shared and nvidia.com/mig-* always are).",
     ),
+    pod_labels: bool = typer.Option(
+        False,
+        "--kubernetes-enable-pod-labels",
+        envvar="DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
+        help="Accepted for compatibility and ignored, with a warning: no pod-label labels.",
+    ),
+    pod_uid: bool = typer.Option(
+        False,
+        "--kubernetes-enable-pod-uid",
+        envvar="DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",
+        help="Accepted for compatibility and ignored, with a warning: no pod UID label.",
+    ),
     no_hostname: bool = typer.Option(
         False, "--no-hostname", "-n", help="Leave out the Hostname label."
     ),
@@ -120,10 +135,27 @@ def exporter(
         process_metrics=process_metrics,
         proc_root=proc_root,
     )
-    raise typer.Exit(
-        run(
-            lambda: ExporterProgram(
-                config, collectors, gpu_backend(nvml, sim_node), kubeconfig=kubeconfig
-            )
+
+    def program() -> ExporterProgram:
+        # DCGM exporter's pod-label and pod-UID labels (ClusterPolicy enablePodLabels /
+        # enablePodUID) are not exported: say so rather than let them look applied
+        for flag, env, given in (
+            (
+                "--kubernetes-enable-pod-labels",
+                "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
+                pod_labels,
+            ),
+            ("--kubernetes-enable-pod-uid", "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID", pod_uid),
+        ):
+            if given:
+                log.warning(
+                    "%s / %s is accepted and ignored: kubegpu's exporter does not "
+                    "add that label (docs/exporter.md)",
+                    flag,
+                    env,
+                )
+        return ExporterProgram(
+            config, collectors, gpu_backend(nvml, sim_node), kubeconfig=kubeconfig
         )
-    )
+
+    raise typer.Exit(run(program))

@@ -106,6 +106,8 @@ def feature_discovery(
     """Compute the GPU labels (nvidia.com/gpu.product, MIG, sharing...) and keep them on the Node."""
     if mig_strategy is not None and mig_strategy not in {"none", "single", "mixed"}:
         fail(f"--mig-strategy {mig_strategy!r}: use none, single or mixed")
+    if output_file and output_file != "-" and Path(output_file).is_dir():
+        fail(f"--output-file {output_file}: is a directory; name the features file")
     options = GfdOptions(
         node_name=node_name,
         config_file=config_file,

@@ -125,7 +125,10 @@ def mig_manager(
         fail(f"--unknown-config-wait {unknown_config_wait}: must be 0 or more seconds")
     if config_file is not None and config_map is not None:
         fail("give --config-file or --config-map, not both")
-    command = tuple(shlex.split(reboot_command))
+    try:
+        command = tuple(shlex.split(reboot_command))
+    except ValueError as exc:  # an unbalanced quote
+        fail(f"--reboot-command {reboot_command!r}: {exc}")
     if with_reboot and not command:
         fail("--with-reboot needs a --reboot-command")
     settings = MigManagerSettings(

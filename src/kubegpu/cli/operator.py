@@ -9,13 +9,14 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from kubegpu.base.loader import InputError, load_yaml
-from kubegpu.cli.options import fail
+from kubegpu.cli.options import fail, read_kubeconfig
 from kubegpu.kube.crds import crd_manifests
-from kubegpu.kube.policy import parse_policy_spec
+from kubegpu.kube.policy import policy_from_file
 from kubegpu.operator.render import (
     DEFAULT_IMAGE,
     DEFAULT_NAMESPACE,
@@ -24,6 +25,9 @@ from kubegpu.operator.render import (
     dump_yaml,
     render,
 )
+
+if TYPE_CHECKING:
+    from lightkube import KubeConfig
 
 app = typer.Typer(
     help="The operator: reconciles a ClusterPolicy into the GPU node stack.",
@@ -65,27 +69,33 @@ def operator(
     """Run the operator (one replica)."""
     if ctx.invoked_subcommand is not None:
         return
-    logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    asyncio.run(_run(namespace, image, kubeconfig, health_address, health_port, renew_s))
+    raw_level = os.environ.get("LOG_LEVEL") or "INFO"
+    level = raw_level.strip().upper()  # the docs and node components write it in lower case
+    if level not in {"DEBUG", "INFO", "WARN", "WARNING", "ERROR", "CRITICAL"}:
+        fail(f"LOG_LEVEL {raw_level!r}: use debug, info, warn or error")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from lightkube.core.exceptions import ConfigError
+
+    try:
+        config = read_kubeconfig(kubeconfig)  # before anything starts
+    except ConfigError as exc:
+        fail(f"--kubeconfig: {exc}")
+    asyncio.run(_run(namespace, image, config, health_address, health_port, renew_s))
 
 
 async def _run(
     namespace: str,
     image: str,
-    kubeconfig: Path | None,
+    config: KubeConfig,
     health_address: str,
     health_port: int,
     renew_s: float,
 ) -> None:
-    from lightkube import AsyncClient, KubeConfig
+    from lightkube import AsyncClient
 
     from kubegpu.operator.controller import FIELD_MANAGER, Operator, OperatorConfig
     from kubegpu.operator.health import HealthServer
 
-    config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
     client = AsyncClient(config, field_manager=FIELD_MANAGER)
     image_env = {v: os.environ[v] for v in IMAGE_ENV.values() if os.environ.get(v)}
     op = Operator(
@@ -132,12 +142,10 @@ def render_cmd(
 ) -> None:
     """Print the objects the operator would apply for a ClusterPolicy, in state order."""
     try:
-        doc, _ = load_yaml(file, InputError)
+        doc, source = load_yaml(file, InputError)
+        spec = policy_from_file(doc, source)
     except InputError as exc:
         fail(str(exc))
-    if not isinstance(doc, dict) or doc.get("kind") != "ClusterPolicy":
-        fail(f"{file}: not a ClusterPolicy")
-    spec = parse_policy_spec(doc.get("spec"))
     image_env = {v: os.environ[v] for v in IMAGE_ENV.values() if os.environ.get(v)}
     rendered = render(
         spec,

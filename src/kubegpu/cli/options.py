@@ -4,11 +4,14 @@ share: a sub-command never imports another."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
 from kubegpu.nvml import ENV_NVML, ENV_SIM_NODE, BackendError, Nvml, NvmlError, open_nvml
+
+if TYPE_CHECKING:
+    from lightkube import KubeConfig
 
 NVML_OPTION = typer.Option(
     None,
@@ -62,6 +65,28 @@ KUBECONFIG_OPTION = typer.Option(
 
 def kubeconfig_text(path: Path | None) -> str | None:
     return str(path) if path else None
+
+
+def read_kubeconfig(path: Path | str | None) -> KubeConfig:
+    """The kubeconfig at `path` (None: in-cluster, else $KUBECONFIG or ~/.kube/config) with
+    its current context resolved. Whatever lightkube's reading raises for a file that cannot
+    be used (a YAML error, a missing `clusters`) comes out as its ConfigError, never as a
+    traceback."""
+    from lightkube import KubeConfig
+    from lightkube.core.exceptions import ConfigError
+
+    try:
+        config = KubeConfig.from_file(str(path)) if path else KubeConfig.from_env()
+        config.get()
+    except ConfigError:
+        raise
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        name = path or "the kubeconfig"
+        raise ConfigError(
+            f"{name}: not a usable kubeconfig ({type(exc).__name__}: {first})"
+        ) from None
+    return config
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from kubegpu.cli.options import SIM_NODE_OPTION, fail
+from kubegpu.cli.options import SIM_NODE_OPTION, fail, read_kubeconfig
 from kubegpu.nvml import BackendError, NvmlError, open_nvml
 from kubegpu.nvml.sim import SimControls, SimNvml
 
@@ -219,9 +219,35 @@ def node(
     label: list[str] = typer.Option([], "--label", "-l", help="Extra node label key=value."),
 ) -> None:
     """Run one simulated node (the kubelet stand-in) against an existing cluster."""
+    import re
+
+    from lightkube.core.exceptions import ConfigError
+
+    from kubegpu.base.loader import excerpt
+    from kubegpu.kube.label_syntax import key_problem, value_problem
+    from kubegpu.nvml import SpecError, parse_spec
+    from kubegpu.sim.cluster import NODE_NAME
     from kubegpu.sim.node import SimNode, SimNodeConfig
 
-    labels = dict(item.split("=", 1) for item in label if "=" in item)
+    # every option checked before the node writes anything under --root
+    if not re.fullmatch(NODE_NAME, name):
+        fail(f"--name {excerpt(name)}: not a node name (lowercase letters, digits and '-')")
+    if gpus is not None:
+        try:
+            parse_spec(gpus)
+        except SpecError as exc:
+            fail(f"--gpus: {exc}")
+    try:
+        read_kubeconfig(kubeconfig)  # the file and context the node's client will use
+    except ConfigError as exc:
+        fail(f"--kubeconfig: {exc}")
+    labels: dict[str, str] = {}
+    for item in label:  # each one checked: a dropped `--label gpu` would start a wrong node
+        key, eq, value = item.partition("=")
+        why = "expected KEY=VALUE" if not eq else key_problem(key) or value_problem(value)
+        if why is not None:
+            fail(f"--label {excerpt(item)}: {why}")
+        labels[key] = value
 
     async def main() -> None:
         sim = SimNode(SimNodeConfig(name=name, root=root, gpus=gpus, labels=labels), kubeconfig)

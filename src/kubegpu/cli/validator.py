@@ -68,6 +68,12 @@ def check(
     image_pull_policy: str = typer.Option(
         "IfNotPresent", "--image-pull-policy", envvar="VALIDATOR_IMAGE_PULL_POLICY"
     ),
+    image_pull_secrets: str = typer.Option(
+        "",
+        "--image-pull-secrets",
+        envvar="VALIDATOR_IMAGE_PULL_SECRETS",
+        help="Workload pods' image pull secrets, comma-separated.",
+    ),
     runtime_class: str | None = typer.Option(
         None, "--runtime-class", envvar="VALIDATOR_RUNTIME_CLASS"
     ),
@@ -93,6 +99,7 @@ def check(
         cdi_dirs=tuple(cdi_dir),
         image=image,
         image_pull_policy=image_pull_policy,
+        image_pull_secrets=tuple(n.strip() for n in image_pull_secrets.split(",") if n.strip()),
         runtime_class=runtime_class or None,
         plugin_timeout_s=plugin_timeout,
     )

@@ -18,12 +18,14 @@ from kubegpu.device_plugin.mps import MpsControlDaemon, MpsOptions
 from kubegpu.device_plugin.plugin import DevicePlugin, PluginOptions
 from kubegpu.kube.kubelet import DEVICE_PLUGIN_PATH
 from kubegpu.node.api import optional_api_client
+from kubegpu.node.config import NodeConfig
 from kubegpu.node.gpus import GpuBackend
 from kubegpu.node.intervals import HEALTH_RECOVERY, POLL, check_seconds
 from kubegpu.node.overrides import config_overrides
 from kubegpu.node.runtime import ComponentError
 from kubegpu.nvml import NvmlError
 from kubegpu.sharing.config import PluginConfig, SharingConfigError, load_config, with_overrides
+from kubegpu.sharing.config_source import ConfigSource
 from kubegpu.sharing.health import XidPolicy
 
 log = logging.getLogger("kubegpu.device_plugin")
@@ -117,6 +119,37 @@ class DevicePluginProgram:
         if self.plugin is not None:
             self.plugin.reload()
 
+    async def _fail_on_init_error(self) -> bool:
+        """failOnInitError of the config this node runs. With --config-dir the node label
+        picks a named config, so it is read here (after the label's first value) rather
+        than at start, where only --config-file is known; a config that cannot be used
+        counts as absent, as for --config-file."""
+        o = self.options
+        if o.config_dir is None:
+            return self.fail_on_init_error
+        client = None
+        if o.node_name:
+            client = optional_api_client("kubegpu-device-plugin", self.kubeconfig)
+        node = NodeConfig(
+            ConfigSource(None, o.config_dir, o.default_config),
+            o.overrides,
+            node_name=o.node_name,
+            client=client,
+            component="kubegpu-device-plugin",
+        )
+        try:
+            await node.start()
+            choice = node.choose()
+            try:
+                config = await asyncio.to_thread(node.load, choice)
+            except SharingConfigError:
+                return self.fail_on_init_error
+            return config.flags.fail_on_init_error
+        finally:
+            await node.stop()
+            if client is not None:
+                await client.close()
+
     async def run(self) -> None:
         invalid = self.options.xid_policy.invalid
         if invalid:
@@ -125,7 +158,7 @@ class DevicePluginProgram:
         try:
             nvml = self.gpus.open()
         except NvmlError as exc:
-            if self.fail_on_init_error:
+            if await self._fail_on_init_error():
                 raise ComponentError(f"cannot start NVML: {exc}") from None
             log.warning(
                 "cannot start NVML (%s) and failOnInitError is false: no devices. "

@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 from kubegpu.base import loader
 from kubegpu.catalog import nvidia
@@ -28,6 +28,12 @@ SNAPSHOT_VERSION: Literal[1] = 1
 SNAPSHOT_LIMITS = loader.Limits(
     max_bytes=64 * loader.MIB, max_depth=loader.MAX_DEPTH, max_values=5_000_000
 )
+
+
+# a count is a JSON integer and a flag a JSON boolean: `"3"`, `1.0` or `true` are not
+# coerced into them (what the capture writes never needs it; a hand-edited file might)
+StrictInt = Annotated[int, Strict()]
+StrictBool = Annotated[bool, Strict()]
 
 
 class SnapshotError(loader.InputError):
@@ -63,7 +69,7 @@ class NodeInfo(_Model):
     allocatable: dict[str, str] = Field(default_factory=dict)
     conditions: tuple[Condition, ...] = ()
     taints: tuple[Taint, ...] = ()
-    unschedulable: bool = False
+    unschedulable: StrictBool = False
 
     def label(self, key: str) -> str | None:
         return self.labels.get(key)
@@ -98,9 +104,9 @@ class DaemonSetInfo(_Model):
     # the first container's image and args: which component this DaemonSet runs
     image: str = ""
     args: tuple[str, ...] = ()
-    desired: int = 0
-    ready: int = 0
-    available: int = 0
+    desired: StrictInt = 0
+    ready: StrictInt = 0
+    available: StrictInt = 0
 
 
 ContainerState = Literal["running", "waiting", "terminated", "unknown"]
@@ -110,13 +116,13 @@ class ContainerInfo(_Model):
     """A container's status: its state now and how the last run ended."""
 
     name: str
-    ready: bool = False
-    restart_count: int = 0
+    ready: StrictBool = False
+    restart_count: StrictInt = 0
     state: ContainerState = "unknown"
     reason: str = ""  # of the current state, e.g. CrashLoopBackOff
     message: str = ""
     started_at: str = ""  # RFC 3339, when the running container started
-    last_exit_code: int | None = None
+    last_exit_code: StrictInt | None = None
     last_reason: str = ""  # of the last termination, e.g. Error
     last_message: str = ""  # the container's termination message
 
@@ -172,7 +178,7 @@ class EventInfo(_Model):
     reason: str = ""
     message: str = ""
     component: str = ""  # the reporting component
-    count: int = 1
+    count: StrictInt = 1
     time: str = ""  # RFC 3339, the last time it was seen
 
 
@@ -191,6 +197,13 @@ class Snapshot(_Model):
     pods: tuple[PodInfo, ...] = ()
     resource_slices: tuple[ResourceSliceInfo, ...] = ()
     events: tuple[EventInfo, ...] = ()
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: Any) -> Any:
+        if type(value) is not int:  # `true` and `1.0` equal 1 but are not a version
+            raise ValueError(f"expected the integer {SNAPSHOT_VERSION}")
+        return value
 
     # --- lookups the checks share ---------------------------------------------------------
 

@@ -134,6 +134,13 @@ GATE_DEFAULTS: Mapping[str, bool] = {
 }
 #: Gates kubegpu knows but does not implement: turning one on is refused, not ignored.
 UNSUPPORTED_GATES = ("PassthroughSupport", "NVMLDeviceHealthCheck", "DeviceMetadata")
+#: Gates of ComputeDomains / IMEX, which kubegpu does not do: accepted and ignored, with a
+#: warning when a value is given (docs/dra.md, "Not supported").
+COMPUTE_DOMAIN_GATES = (
+    "IMEXDaemonsWithDNSNames",
+    "ComputeDomainCliques",
+    "CrashOnNVLinkFabricErrors",
+)
 #: Gates upstream refuses to combine (checked at start, as upstream's ValidateFeatureGates).
 EXCLUSIVE_GATES: tuple[tuple[str, str], ...] = (
     ("DynamicMIG", "PassthroughSupport"),
@@ -147,6 +154,16 @@ STRATEGY_GATES: Mapping[str, str] = {TIME_SLICING: "TimeSlicingSettings", MPS: "
 @dataclass(frozen=True)
 class FeatureGates:
     enabled: frozenset[str] = frozenset(k for k, v in GATE_DEFAULTS.items() if v)
+    ignored: tuple[str, ...] = ()  # gates given a value that changes nothing here
+
+    def ignored_warning(self) -> str | None:
+        """What to say at start about the gates given that kubegpu does not act on."""
+        if not self.ignored:
+            return None
+        return (
+            f"FEATURE_GATES: {', '.join(self.ignored)} accepted and ignored: kubegpu's DRA "
+            "plugin does not do ComputeDomains / IMEX (docs/dra.md)"
+        )
 
     def __contains__(self, gate: object) -> bool:
         return gate in self.enabled
@@ -155,6 +172,7 @@ class FeatureGates:
     def parse(cls, text: str | None, source: str = "FEATURE_GATES") -> FeatureGates:
         """`TimeSlicingSettings=true,MPSSupport=true` over upstream's defaults."""
         gates = dict(GATE_DEFAULTS)
+        ignored: list[str] = []
         for raw in (text or "").split(","):
             item = raw.strip()
             if not item:
@@ -168,6 +186,8 @@ class FeatureGates:
             if not sep or value not in ("true", "false"):
                 raise DraConfigError(f"{source}: gate {name!r}, value {value!r}: use true or false")
             gates[name] = value == "true"
+            if name in COMPUTE_DOMAIN_GATES and name not in ignored:
+                ignored.append(name)
         for a, b in EXCLUSIVE_GATES:
             if gates[a] and gates[b]:
                 raise DraConfigError(f"{source}: {a} and {b} cannot be enabled together")
@@ -177,7 +197,7 @@ class FeatureGates:
                 f"{source}: {', '.join(on)} {'is' if len(on) == 1 else 'are'} not supported by "
                 "kubegpu's DRA plugin (docs/dra.md)"
             )
-        return cls(frozenset(k for k, v in gates.items() if v))
+        return cls(frozenset(k for k, v in gates.items() if v), tuple(ignored))
 
 
 def check_gates(config: DeviceConfig, gates: FeatureGates, source: str) -> None:

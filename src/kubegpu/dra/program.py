@@ -78,6 +78,8 @@ class DraPluginProgram:
             self.gates = FeatureGates.parse(flags.feature_gates)
         except DraConfigError as exc:
             raise ComponentError(str(exc)) from None
+        if (warning := self.gates.ignored_warning()) is not None:
+            log.warning("%s", warning)
         self.flags = flags
         self.node_name = flags.node_name
         self.gpus = gpus

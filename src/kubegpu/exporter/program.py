@@ -28,6 +28,18 @@ log = logging.getLogger("kubegpu.exporter")
 FIELD_MANAGER = "kubegpu-exporter"
 
 
+def unused_without_kubernetes(config: ExporterConfig) -> list[str]:
+    """The pod-attribution flags given that do nothing because --kubernetes is off."""
+    if config.kubernetes:
+        return []
+    given = (
+        ("--kubernetes-virtual-gpus / KUBERNETES_VIRTUAL_GPUS", config.virtual_gpus),
+        ("--kubernetes-enable-dra / KUBERNETES_ENABLE_DRA", config.enable_dra),
+        ("--nvidia-resource-names / NVIDIA_RESOURCE_NAMES", bool(config.nvidia_resource_names)),
+    )
+    return [flag for flag, on in given if on]
+
+
 class ExporterProgram:
     def __init__(
         self,
@@ -49,6 +61,12 @@ class ExporterProgram:
             raise ComponentError(str(exc)) from None
         if config.process_metrics and not config.kubernetes:
             raise ComponentError("--kubernetes-process-metrics needs --kubernetes")
+        for flag in unused_without_kubernetes(config):
+            log.warning(
+                "%s is ignored without --kubernetes (DCGM_EXPORTER_KUBERNETES): no pod is "
+                "attributed",
+                flag,
+            )
         self.node_name = config.hostname or os.environ.get("NODE_NAME")
         if config.process_metrics and not self.node_name:
             raise ComponentError(

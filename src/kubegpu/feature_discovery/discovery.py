@@ -130,8 +130,11 @@ def write_features(path: str, labels: Mapping[str, str]) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, target)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)  # never a half-written file left beside the target
 
 
 class FeatureDiscovery:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from lightkube.generic_resource import create_global_resource
 from pydantic import BaseModel, ConfigDict, Field
 
+from kubegpu.base import loader
 from kubegpu.kube import schema
 from kubegpu.kube.schema import FreeForm, ImageName, Int32, Int64, IntOrString, ProbeCount
 
@@ -609,6 +610,72 @@ class NVIDIADriverStatus(_Model):
 def parse_policy_spec(spec: dict[str, Any] | None) -> ClusterPolicySpec:
     """A ClusterPolicy's `.spec` (as the API server returns it) as a typed model."""
     return ClusterPolicySpec.model_validate(spec or {})
+
+
+class PolicyFileError(loader.InputError):
+    """A ClusterPolicy file the API server would refuse or prune: file, field, value, why."""
+
+
+POLICY_API_VERSION = f"{GROUP}/{CLUSTER_POLICY_VERSION}"
+_OBJECT_KEYS = ("apiVersion", "kind", "metadata", "spec", "status")
+
+
+def unknown_field_problem(spec: Any) -> str | None:
+    """`field spec.X: why` for the first field of a `.spec` the schema lacks, or None."""
+    unknown = unknown_fields(spec)
+    if not unknown:
+        return None
+    more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+    return (
+        f"field spec.{_bare(unknown[0])}: not a ClusterPolicy field; the API server would "
+        f"refuse or drop it{more}"
+    )
+
+
+def _bare(text: str) -> str:
+    return loader.excerpt(text)[1:-1]  # cut like a value, without its quotes
+
+
+def policy_from_file(doc: Any, source: str) -> ClusterPolicySpec:
+    """A ClusterPolicy read from a user's file, judged as the API server judges a create
+    (kubectl validates strictly by default): a key outside the object's (`sepc:`), a field
+    the schema does not define (`spec.migg`), or a value of the wrong type (`"yes"` for a
+    boolean, `"3"` for an integer) is the file's error, never coerced or dropped."""
+    obj = loader.require_mapping(doc, source, PolicyFileError, "a ClusterPolicy object")
+    kind = obj.get("kind")
+    if kind != "ClusterPolicy":
+        raise PolicyFileError(
+            f"{source}: field kind, value {loader.excerpt(kind)}: not a ClusterPolicy"
+        )
+    version = obj.get("apiVersion", POLICY_API_VERSION)
+    if version != POLICY_API_VERSION:
+        raise PolicyFileError(
+            f"{source}: field apiVersion, value {loader.excerpt(version)}: "
+            f"a ClusterPolicy is {POLICY_API_VERSION}"
+        )
+    for key in obj:
+        if key not in _OBJECT_KEYS:
+            raise PolicyFileError(
+                f"{source}: field {_bare(str(key))}: not a field of a Kubernetes object "
+                f"({', '.join(_OBJECT_KEYS)})"
+            )
+    spec = obj.get("spec")
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        raise PolicyFileError(
+            f"{source}: field spec, value {loader.excerpt(spec)}: expected a mapping"
+        )
+    if (problem := unknown_field_problem(spec)) is not None:
+        raise PolicyFileError(f"{source}: {problem}")
+    return loader.validate(
+        ClusterPolicySpec,
+        spec,
+        source,
+        PolicyFileError,
+        lambda loc, data: loader.dotted(("spec", *loc)),
+        strict=True,
+    )
 
 
 def parse_gpu_cluster_spec(spec: dict[str, Any] | None) -> GPUClusterSpec:

@@ -111,6 +111,8 @@ def layouts(model: str, profiles: str, all_layouts: bool) -> Iterator[str]:
         if gpu.mig is None:
             raise LayoutError(f"{gpu.id} ({gpu.product_name}) is not MIG-capable")
         chosen = [gpu.mig.profile(p.strip()) for p in profiles.split(",") if p.strip()] or None
+        if chosen is None and profiles.strip():  # "," is not "every profile"
+            raise CommandError(f"--profiles {profiles!r}: names no profile")
     except UnknownModelError as exc:
         raise CommandError(str(exc)) from None
     except KeyError as exc:

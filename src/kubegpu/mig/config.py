@@ -90,9 +90,11 @@ class MigConfigEntry(BaseModel):
             return None
         for name, count in value.items():
             try:
-                ProfileName.parse(name)
+                parsed = ProfileName.parse(name)
             except ProfileNameError as exc:
                 raise ValueError(str(exc)) from None
+            if str(parsed) != name:  # '1g.18gb ' beside '1g.18gb' would add up unseen
+                raise ValueError(f"{excerpt(name)}: write the profile as {str(parsed)!r}")
             if count < 0:
                 raise ValueError(f"{name}: count {count} is negative")
         if value and not any(value.values()):

@@ -56,6 +56,19 @@ class NodeConfig:
         self._label_known = asyncio.Event()
         self._wake: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._ignored_said: set[str] = set()
+        if source.config_dir is not None and source.config_file is not None:
+            log.warning(
+                "--config-file %s is ignored: --config-dir %s takes its place",
+                source.config_file,
+                source.config_dir,
+            )
+        elif source.config_dir is None and source.default_config:
+            log.warning(
+                "--default-config %r is ignored: it names a config of --config-dir, and none "
+                "is given",
+                source.default_config,
+            )
 
     @property
     def watched(self) -> bool:
@@ -127,7 +140,18 @@ class NodeConfig:
         """The config of `choice` with the overrides applied; SharingConfigError if unusable."""
         if choice.error:
             raise SharingConfigError(choice.error)
-        return parse_config(choice.text or "", choice.source, self.overrides)
+        config = parse_config(choice.text or "", choice.source, self.overrides)
+        self._say_ignored(choice.source, config)
+        return config
+
+    def _say_ignored(self, source: str, config: PluginConfig) -> None:
+        """Warn once per source and field about a value kubegpu accepts but does not act on
+        (`PluginConfig.ignored_fields`), so it is never mistaken for one that took effect."""
+        for field, value, why in config.ignored_fields():
+            message = f"{source}: field {field}, value {value!r} is accepted and ignored: {why}"
+            if message not in self._ignored_said:
+                self._ignored_said.add(message)
+                log.warning("%s", message)
 
     def report(self, type_: str, reason: str, message: str) -> None:
         """Log, keep, and (with API access) record a Node event."""

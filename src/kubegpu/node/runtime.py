@@ -74,6 +74,14 @@ class OneShot:
             self._task.cancel()
 
 
+def log_level_problem(level: str) -> str | None:
+    """Why `level` is no log level (any case; `warn` and `critical` as Python's logging
+    reads them), or None when it is one."""
+    if level.lower() in (*LOG_LEVELS, "warn", "critical"):
+        return None
+    return f"--log-level / LOG_LEVEL {level!r}: use one of {', '.join(LOG_LEVELS)}"
+
+
 def setup_logging(level: str = "info") -> None:
     """Log lines `time LEVEL logger: message` to stderr at `level` (debug...error)."""
     logging.basicConfig(
@@ -103,6 +111,10 @@ def run(make: Callable[[], Component], *, log_level: str = "info") -> int:
     `make` is called inside the event loop, so it may create asyncio objects and clients;
     a `ComponentError` it raises is reported like one from `run()`.
     """
+    if (problem := log_level_problem(log_level)) is not None:
+        # an unknown level would otherwise log at info, as if it had been taken
+        print_error(problem)
+        return 1
     host = HOST.get()
     if host is not None:
         host(make)

@@ -61,6 +61,7 @@ from kubegpu.kube.policy import (
 from kubegpu.operator import gpucluster
 from kubegpu.operator import labels as node_labels
 from kubegpu.operator import status as st
+from kubegpu.operator.ignored_fields import ignored_cluster_fields, ignored_policy_fields
 from kubegpu.operator.nvidiadriver import DriverStatusReporter
 from kubegpu.operator.render import (
     DEFAULT_IMAGE,
@@ -241,6 +242,7 @@ class Operator:
         self._dirty_since: float | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._psa_done: tuple[str, int] | None = None
+        self._ignored_said: tuple[str, ...] = ()
         self.reconciles = 0
         self.last_outcome: st.Outcome | None = None
 
@@ -376,6 +378,7 @@ class Operator:
             await self._label_nodes(lambda labels: gpucluster.dra_label_changes(labels, gc))
             facts = self._facts(active, kind)
             rendered = gpucluster.render_gpu_cluster(gc, facts)
+            self._say_ignored(kind, active, ignored_cluster_fields(gc))
         else:
             spec = parse_policy_spec(active.get("spec"))
             await self._label_nodes(lambda labels: gpucluster.policy_label_changes(labels, spec))
@@ -384,6 +387,7 @@ class Operator:
                 self._psa_done = (active["metadata"]["uid"], generation)
             facts = self._facts(active, kind)
             rendered = render(spec, facts)
+            self._say_ignored(kind, active, ignored_policy_fields(spec))
         apply_errors: list[str] = []
         if not rendered.problems:
             apply_errors = await self._apply(rendered)
@@ -409,6 +413,15 @@ class Operator:
             await self._write_cluster_status(active, status)
         else:
             await self._write_status(active, status)
+
+    def _say_ignored(self, kind: str, active: Obj, fields: tuple[str, ...]) -> None:
+        """Warn once per change about the spec's values no operand carries."""
+        if fields == self._ignored_said:
+            return
+        self._ignored_said = fields
+        name = active["metadata"]["name"]
+        for what in fields:
+            log.warning("%s %s: %s (accepted and ignored)", kind, name, what)
 
     # -- steps ---------------------------------------------------------------------------------------------
     def _facts(self, policy: Obj, kind: str = "ClusterPolicy") -> ClusterFacts:

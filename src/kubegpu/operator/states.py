@@ -193,7 +193,7 @@ STATES: tuple[OperandState, ...] = (
         "nvidia-cc-manager",
         CC_MANAGER,
         lambda s: _sandbox(s) and s.ccManager.is_enabled(False) and s.sandbox_mode == "kata",
-        upstream.sandbox_operand("ccManager", "nvidia-cc-manager"),
+        upstream.cc_manager,
     ),
 )
 

@@ -48,6 +48,7 @@ unknown model is refused with the file, the field and the value. Files go throug
 from __future__ import annotations
 
 import re
+from collections import Counter
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -67,7 +68,8 @@ from kubegpu.nvml import NodeSpec, SpecError, parse_spec
 
 MAX_GPUS_PER_NODE = 16
 MAX_NODES = 10_000
-# A fleet of MAX_NODES nodes written out one by one fits; anything larger is not an input.
+# A fleet of MAX_NODES nodes (in all, `count`s expanded) written out one by one fits;
+# anything larger is not an input.
 LIMITS = loader.Limits(max_bytes=4 * loader.MIB, max_values=500_000)
 
 
@@ -154,6 +156,8 @@ def parse_gpus(text: str) -> list[tuple[GpuModel, int]]:
 
 StrictInt = Annotated[int, Strict()]
 StrictBool = Annotated[bool, Strict()]
+# a whole number is a price, priority or time limit too; `"5"` and `true` are not
+StrictFloat = Annotated[float, Strict()]
 
 
 class _Strict(BaseModel):
@@ -271,8 +275,8 @@ class FleetNode(NodeFacts):
 class ServerType(NodeFacts):
     name: str
     model: str
-    card_price: float = Field(gt=0)
-    server_price: float = Field(0.0, ge=0)
+    card_price: StrictFloat = Field(gt=0)
+    server_price: StrictFloat = Field(0.0, ge=0)
     max_cards: StrictInt
     max_servers: StrictInt | None = None
 
@@ -314,7 +318,7 @@ class Workload(_Strict):
     gpus: StrictInt = 1
     nvlink: StrictBool = False
     nccl: StrictBool | None = None
-    priority: float = Field(1.0, gt=0)
+    priority: StrictFloat = Field(1.0, gt=0)
 
     @field_validator("name")
     @classmethod
@@ -372,7 +376,7 @@ class Options(_Strict):
     solver: Literal["auto", "exact", "heuristic"] = "auto"
     mig_strategy: Literal["auto", "mixed"] = "auto"
     allow_unconfirmed_mig: StrictBool = False
-    time_limit: float = Field(30.0, gt=0)
+    time_limit: StrictFloat = Field(30.0, gt=0)
 
 
 class PlanInput(_Strict):
@@ -383,16 +387,22 @@ class PlanInput(_Strict):
     workloads: tuple[Workload, ...]
     options: Options = Field(default_factory=Options)
 
+    @field_validator("fleet")
+    @classmethod
+    def _fleet_size(cls, value: tuple[FleetNode, ...]) -> tuple[FleetNode, ...]:
+        total = sum(n.count for n in value)
+        if total > MAX_NODES:  # before any node name is expanded
+            raise ValueError(f"{total} nodes in all (counts expanded); at most {MAX_NODES}")
+        return value
+
     @model_validator(mode="after")
     def _unique(self) -> PlanInput:
         if not self.fleet and not self.buy:
             raise ValueError("no fleet and nothing to buy: give fleet, buy or both")
-        names = list(self.node_names())
-        dup = sorted({n for n in names if names.count(n) > 1})
+        dup = sorted(n for n, k in Counter(self.node_names()).items() if k > 1)
         if dup:
             raise ValueError(f"node names used twice: {', '.join(dup[:5])}")
-        wnames = [w.name for w in self.workloads]
-        dupw = sorted({n for n in wnames if wnames.count(n) > 1})
+        dupw = sorted(n for n, k in Counter(w.name for w in self.workloads).items() if k > 1)
         if dupw:
             raise ValueError(f"workload names used twice: {', '.join(dupw)}")
         snames = [s.name for s in self.buy]
@@ -418,6 +428,24 @@ def parse_data(data: Any, source: str = "<input>") -> PlanInput:
     return loader.validate(PlanInput, data, source, PlanInputError, loader.named_items)
 
 
+_MERGED_LISTS = ("fleet", "buy", "workloads")
+
+
+def _mergeable(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """One file of several, checked where `merge` would otherwise fail or let one file's
+    value replace another's: the lists are lists, the options a mapping."""
+    for key in _MERGED_LISTS:
+        if key in data and not isinstance(data[key], list):
+            raise PlanInputError(
+                f"{source}: field {key}, value {loader.excerpt(data[key])}: expected a list"
+            )
+    if "options" in data and not isinstance(data["options"], dict):
+        raise PlanInputError(
+            f"{source}: field options, value {loader.excerpt(data['options'])}: expected a mapping"
+        )
+    return data
+
+
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Several files as one: lists are concatenated, options merged (later wins)."""
     out: dict[str, Any] = {}
@@ -439,5 +467,6 @@ def load_input(paths: list[str | Path]) -> PlanInput:
     for path in paths:
         data, source = loader.load_yaml(path, PlanInputError, LIMITS)
         names.append(source)
-        parts.append(loader.require_mapping(data, source, PlanInputError))
+        part = loader.require_mapping(data, source, PlanInputError)
+        parts.append(_mergeable(part, source) if len(paths) > 1 else part)
     return parse_data(merge(parts), ", ".join(names))

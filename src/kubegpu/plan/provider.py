@@ -21,7 +21,15 @@ from kubegpu.catalog import GpuModel, get_model
 from kubegpu.mig.geometry import Layout, iter_layouts, mix_of, place
 from kubegpu.plan import rules
 from kubegpu.plan.core import Bin, Demand, Group, Pattern, Use
-from kubegpu.plan.inputs import Current, CurrentGpu, NodeFacts, PlanInput, ServerType, Workload
+from kubegpu.plan.inputs import (
+    MAX_NODES,
+    Current,
+    CurrentGpu,
+    NodeFacts,
+    PlanInput,
+    ServerType,
+    Workload,
+)
 from kubegpu.plan.reporter import PlanReporter
 
 # Small costs that only break ties between plans using as many GPUs: changing a GPU's
@@ -185,7 +193,9 @@ class GpuProvider:
                     need += math.ceil(w.replicas / (st.max_cards // w.gpus))
                 elif model.mig is not None and w.gpus == 1:
                     need += math.ceil(w.replicas / st.max_cards)
-            limit = need if st.max_servers is None else min(need, st.max_servers)
+            # without max_servers, as many as max_servers could say: the demand (replicas
+            # are unbounded) never expands into more candidates than a fleet may have nodes
+            limit = min(need, MAX_NODES if st.max_servers is None else st.max_servers)
             facts = NodeFacts(driver=st.driver, display=st.display, nvlink=st.nvlink)
             taken = set(self.inp.node_names())
             prefix = (

@@ -173,6 +173,29 @@ class Flags(_Strict):
         return self.nvidia_dev_root or self.nvidia_driver_root
 
 
+def wildcard_match(pattern: str, text: str) -> bool:
+    """Whether `text` is `pattern` with each `*` standing for any run of characters.
+
+    One pass that returns to the last `*` on a mismatch: at most len(pattern) x len(text)
+    steps. A regex of `.*` pieces backtracks exponentially on `*****...Z` from a config
+    file and hung the component (it could not even be stopped: the regex holds the GIL)."""
+    p = t = 0
+    star, resume = -1, 0
+    while t < len(text):
+        if p < len(pattern) and pattern[p] == "*":
+            star, resume = p, t
+            p += 1
+        elif p < len(pattern) and pattern[p] == text[t]:
+            p += 1
+            t += 1
+        elif star >= 0:
+            p, resume = star + 1, resume + 1
+            t = resume
+        else:
+            return False
+    return all(c == "*" for c in pattern[p:])
+
+
 class ResourcePattern(_Strict):
     pattern: str
     name: str
@@ -184,8 +207,7 @@ class ResourcePattern(_Strict):
 
     def matches(self, text: str) -> bool:
         """Wildcard match (`*` any run), anchored as in upstream v0.20."""
-        regex = ".*".join(re.escape(part) for part in self.pattern.split("*"))
-        return re.fullmatch(regex, text) is not None
+        return wildcard_match(self.pattern, text)
 
 
 class Resources(_Strict):
@@ -409,6 +431,63 @@ class PluginConfig(_Strict):
         return yaml.safe_dump(
             self.model_dump(by_alias=True, exclude_defaults=True, mode="json"), sort_keys=False
         )
+
+    def ignored_fields(self) -> tuple[tuple[str, str, str], ...]:
+        """(field, value, why) for each upstream field this config sets to a value kubegpu
+        accepts (so upstream's files load) but does not act on: the components say so once
+        rather than let the value look applied."""
+        flags, plugin = self.flags, self.flags.plugin
+        out: list[tuple[str, str, str]] = []
+        if plugin.nvidia_ctk_path != PluginFlags().nvidia_ctk_path:
+            out.append(
+                (
+                    "flags.plugin.nvidiaCTKPath",
+                    plugin.nvidia_ctk_path,
+                    "kubegpu writes its CDI spec itself and never runs nvidia-ctk",
+                )
+            )
+        if plugin.container_driver_root != PluginFlags().container_driver_root:
+            out.append(
+                (
+                    "flags.plugin.containerDriverRoot",
+                    plugin.container_driver_root,
+                    "kubegpu reads the GPUs through NVML, not the driver's files",
+                )
+            )
+        if flags.gfd.output_file != GfdFlags().output_file:
+            out.append(
+                (
+                    "flags.gfd.outputFile",
+                    flags.gfd.output_file,
+                    "feature discovery labels the Node directly; only --output-file "
+                    "(GFD_OUTPUT_FILE) writes a features file",
+                )
+            )
+        if flags.device_discovery_strategy not in ("auto", "nvml"):
+            out.append(
+                (
+                    "flags.deviceDiscoveryStrategy",
+                    flags.device_discovery_strategy,
+                    "kubegpu discovers devices through NVML only",
+                )
+            )
+        if flags.use_node_feature_api:
+            out.append(
+                (
+                    "flags.useNodeFeatureAPI",
+                    "true",
+                    "feature discovery labels the Node directly, without NodeFeature objects",
+                )
+            )
+        if self.imex.required:
+            out.append(
+                (
+                    "imex.required",
+                    "true",
+                    "kubegpu does not check that the IMEX channel exists on the node",
+                )
+            )
+        return tuple(out)
 
 
 def sleep_interval_problem(text: str) -> str | None:

@@ -55,8 +55,13 @@ class ConfigSource:
             if self.config_file is None:
                 return ConfigChoice("built-in defaults")
             return _read(self.config_file, str(self.config_file))
-        configs = self.named()
         where = str(self.config_dir)
+        if not self.config_dir.is_dir():
+            # a mounted ConfigMap is always a directory, if an empty one: a wrong path is an
+            # error, not "no configs, so the built-in defaults"
+            what = "is not a directory" if self.config_dir.exists() else "does not exist"
+            return ConfigChoice(f"configs in {where}", error=f"config directory {where} {what}")
+        configs = self.named()
         if label:
             if label not in configs:
                 known = ", ".join(configs) or "none"

@@ -196,6 +196,17 @@ def _select(entry: ReplicatedResource, devices: list[Device]) -> list[Device]:
     return chosen
 
 
+def check_sharing(gpus: Sequence[GpuFacts], config: PluginConfig) -> None:
+    """StrategyError when the plugin would refuse the config's sharing section on these GPUs
+    (a device it lacks, a clashing rename, too many devices). A MIG strategy the GPUs do not
+    fit is not checked here: feature discovery says that with `-MIG-INVALID` labels."""
+    try:
+        _base(gpus, config)
+    except StrategyError:
+        return
+    advertise(gpus, config)
+
+
 def advertise(gpus: Sequence[GpuFacts], config: PluginConfig) -> Advertised:
     """Everything the plugin advertises on a node with these GPUs under this config."""
     base = _base(gpus, config)

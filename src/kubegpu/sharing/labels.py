@@ -22,7 +22,14 @@ from dataclasses import dataclass
 
 from kubegpu.catalog import nvidia
 from kubegpu.sharing.config import PluginConfig
-from kubegpu.sharing.devices import GPU_RESOURCE, GpuFacts, MigFacts, mig_resource_name
+from kubegpu.sharing.devices import (
+    GPU_RESOURCE,
+    GpuFacts,
+    MigFacts,
+    StrategyError,
+    check_sharing,
+    mig_resource_name,
+)
 
 PREFIX = nvidia.PREFIX
 MAX_VALUE = 63
@@ -273,6 +280,10 @@ def compute_labels(
             raise LabelError(
                 f"sharing using MPS is not supported with MIG enabled (GPUs with MIG: {enabled})"
             )
+        try:  # labels never claim a sharing the device plugin refuses to advertise
+            check_sharing(gpus, config)
+        except StrategyError as exc:
+            raise LabelError(str(exc)) from None
         out["gpu.machine"] = sanitise(system.machine) or "unknown"
         out |= _version_labels(system)
         out["mig.capable"] = str(any(g.mig_capable for g in gpus)).lower()

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from kubegpu.base import loader
 from kubegpu.base.process import pid_alive
+from kubegpu.kube.label_syntax import key_problem, value_problem
 from kubegpu.nvml import SpecError, parse_spec
 from kubegpu.sim.controlplane import (
     SIZE_PROFILES,
@@ -51,6 +52,7 @@ from kubegpu.sim.pods import kill_pod_processes
 
 PID_FILE = "sim.pid"
 MAX_NODES = 5000
+NODE_NAME = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a DNS label: it names files and sockets
 START_BATCH = 50  # nodes registering at once (their API requests overlap, not pile up)
 Components = Literal["process", "inprocess"]
 
@@ -62,7 +64,7 @@ class ClusterFileError(loader.InputError):
 class NodeEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    name: str = Field(pattern=NODE_NAME)
     gpus: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     cpu: str = "32"
@@ -82,6 +84,19 @@ class NodeEntry(BaseModel):
                 parse_spec(value)
             except SpecError as exc:
                 raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        # the API server would refuse the node halfway through `sim up`: say so now
+        for key, text in value.items():
+            if (why := key_problem(key)) is not None:
+                raise ValueError(f"label key {loader.excerpt(key)}: {why}")
+            if (why := value_problem(text)) is not None:
+                raise ValueError(
+                    f"label {loader.excerpt(key)}, value {loader.excerpt(text)}: {why}"
+                )
         return value
 
     @model_validator(mode="after")
@@ -147,7 +162,7 @@ class ClusterSpec(BaseModel):
 def load_cluster(path: Path) -> ClusterSpec:
     data, source = loader.load_yaml(path, ClusterFileError)
     loader.require_mapping(data, source, ClusterFileError, "a mapping with 'nodes'")
-    return loader.validate(ClusterSpec, data, source, ClusterFileError)
+    return loader.validate(ClusterSpec, data, source, ClusterFileError, strict=True)
 
 
 class SimCluster:

@@ -19,6 +19,13 @@ from kubegpu.validator.runner import COMPONENTS, Validator, ValidatorSettings
 log = logging.getLogger("kubegpu.validator")
 
 FIELD_MANAGER = "kubegpu-validator"
+MIG_STRATEGIES = ("none", "single", "mixed")
+
+
+def _check_output_dir(output_dir: Path) -> None:
+    """Said at start, not as a traceback once the validation has passed."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ComponentError(f"--output-dir {output_dir}: is a file, not a directory")
 
 
 def check(settings: ValidatorSettings, gpus: GpuBackend, kubeconfig: str | None) -> OneShot:
@@ -27,6 +34,13 @@ def check(settings: ValidatorSettings, gpus: GpuBackend, kubeconfig: str | None)
         raise ComponentError(
             f"--component {settings.component!r}: use one of {', '.join(COMPONENTS)}"
         )
+    if settings.mig_strategy not in MIG_STRATEGIES:
+        # anything but 'mixed' would otherwise pass as 'single' in the plugin workload
+        raise ComponentError(
+            f"--mig-strategy / MIG_STRATEGY {settings.mig_strategy!r}: "
+            f"use one of {', '.join(MIG_STRATEGIES)}"
+        )
+    _check_output_dir(settings.output_dir)
     needs_api = settings.component == "plugin" or (
         settings.component == "cuda" and settings.with_workload
     )
@@ -48,6 +62,9 @@ def wait(
     output_dir: Path, files: Sequence[str], interval_s: float, timeout_s: float | None
 ) -> OneShot:
     """Wait until the ready files exist (an operand's init container)."""
+    _check_output_dir(output_dir)
+    if timeout_s is not None and not timeout_s >= 0:  # NaN would wait forever
+        raise ComponentError(f"--timeout {timeout_s}: must be 0 or more seconds")
 
     async def work() -> None:
         log.info("waiting for %s in %s", ", ".join(files), output_dir)

@@ -58,6 +58,7 @@ class ValidatorSettings:
     cdi_dirs: tuple[Path, ...] = DEFAULT_CDI_DIRS
     image: str | None = None
     image_pull_policy: str = "IfNotPresent"
+    image_pull_secrets: tuple[str, ...] = ()  # the workload pods' (the validator's own)
     runtime_class: str | None = None
     workload_timeout_s: float = 300.0
     plugin_timeout_s: float = 150.0
@@ -184,6 +185,8 @@ class Validator:
         }
         if self.s.runtime_class:
             spec["runtimeClassName"] = self.s.runtime_class
+        if self.s.image_pull_secrets:
+            spec["imagePullSecrets"] = [{"name": name} for name in self.s.image_pull_secrets]
         return {
             "apiVersion": "v1",
             "kind": "Pod",

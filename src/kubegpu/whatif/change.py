@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kubegpu.base import loader
 from kubegpu.catalog import nvidia
+from kubegpu.kube.policy import unknown_field_problem
 
 PLAN_FILES = (
     "plan.json",
@@ -41,6 +42,7 @@ class ConfigMapChange:
     name: str
     data: dict[str, str]
     source: str  # the file it came from
+    namespace: str | None = None  # as the manifest says; None: the operator's
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,18 @@ class Change:
         return Change(
             (*self.config_maps, *other.config_maps), patch, labels, (*self.notes, *other.notes)
         )
+
+
+def check_namespaces(change: Change, operator_namespace: str) -> None:
+    """Every ConfigMap goes where the operator reads it: one written for another namespace
+    would do nothing there, so the twin must not quietly move it into the operator's."""
+    for cm in change.config_maps:
+        if cm.namespace is not None and cm.namespace != operator_namespace:
+            raise ChangeError(
+                f"{cm.source}: field metadata.namespace, value {loader.excerpt(cm.namespace)}: "
+                f"the operator reads its ConfigMaps in {operator_namespace!r} (the snapshot's "
+                "operator namespace); leave the field out or name that one"
+            )
 
 
 def check_nodes(change: Change, nodes: list[str]) -> None:
@@ -132,22 +146,27 @@ def load_configmap(path: str | Path) -> ConfigMapChange:
     data, source = loader.load_yaml(path, ChangeError)
     loader.require_mapping(data, source, ChangeError, "a ConfigMap manifest")
     cm = loader.validate(_ConfigMapFile, data, source, ChangeError)
-    return ConfigMapChange(cm.metadata.name, dict(cm.data), source)
+    return ConfigMapChange(cm.metadata.name, dict(cm.data), source, cm.metadata.namespace)
 
 
 def load_policy_patch(path: str | Path) -> dict[str, Any]:
     """A JSON or YAML merge patch of the ClusterPolicy: `{spec: {...}}`."""
     data, source = loader.load_yaml(path, ChangeError)
     loader.require_mapping(data, source, ChangeError, "a merge patch like {spec: {...}}")
-    return loader.validate(_PolicyPatch, data, source, ChangeError).spec
+    spec = loader.validate(_PolicyPatch, data, source, ChangeError).spec
+    # the API server prunes a field its schema does not define: a typo (`migg`) would make
+    # the twin report that nothing changes, the worst answer for a change that does nothing
+    if (problem := unknown_field_problem(spec)) is not None:
+        raise ChangeError(f"{source}: {problem}")
+    return spec
 
 
 def parse_assignment(text: str, option: str) -> tuple[str, str]:
     """`NODE=VALUE` from the command line."""
     node, eq, value = text.partition("=")
-    if not eq or not _NODE.match(node):
+    if not eq or not _NODE.fullmatch(node):  # fullmatch: `$` would let "\n" end a name
         raise ChangeError(f"{option} {loader.excerpt(text)}: expected NODE=VALUE")
-    if not value or not _VALUE.match(value):
+    if not value or not _VALUE.fullmatch(value):
         raise ChangeError(f"{option} {loader.excerpt(text)}: value {value!r} is not a label value")
     return node, value
 

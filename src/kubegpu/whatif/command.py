@@ -22,6 +22,7 @@ from kubegpu.sim.stack import StackError, find_chart
 from kubegpu.whatif.change import (
     Change,
     ChangeError,
+    check_namespaces,
     check_nodes,
     label_change,
     load_configmap,
@@ -72,6 +73,7 @@ def prepare(snapshot_file: Path, change: Change) -> TwinSpec:
         shown = "<stdin>" if str(snapshot_file) == STDIN else str(snapshot_file)
         raise TwinSpecError(f"{shown}: {exc}") from None
     check_nodes(change, [n.name for n in spec.nodes])
+    check_namespaces(change, snapshot.operator_namespace)
     if change.policy_patch and not any(p.kind == "ClusterPolicy" for p in spec.policies):
         raise ChangeError(f"{snapshot_file}: the change patches a ClusterPolicy; there is none")
     return spec

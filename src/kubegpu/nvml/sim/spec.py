@@ -77,6 +77,8 @@ def parse_spec(text: str) -> NodeSpec:
             raise SpecError(
                 f"sim node spec {text!r}: unknown option {opt!r} (known: driver=, cuda=, display=, mig=, seed=)"
             )
+        if key in opts:  # the last would win unseen: `driver=575.57.08;driver=1` plans driver 1
+            raise SpecError(f"sim node spec {text!r}: option {key}= given twice")
         opts[key] = value
     driver = opts.get("driver", DEFAULT_DRIVER)
     try:

@@ -41,6 +41,8 @@ def validator(ctx: RenderContext) -> list[Obj]:
             "" if ctx.spec.cdi.nriPluginEnabled else ctx.spec.runtime_class,
         ),
     ]
+    if v.imagePullSecrets:  # the workload pods pull the same image, as upstream passes them
+        workload_env.append(env_var("VALIDATOR_IMAGE_PULL_SECRETS", ",".join(v.imagePullSecrets)))
     init = [
         ctx.validation_init("driver", [env_var("WITH_WAIT", "true")]),
         ctx.validation_init("toolkit", [env_var("WITH_WAIT", "false")]),
@@ -107,6 +109,17 @@ def _plugin_config(
     )
 
 
+def _gpudirect_env(ctx: RenderContext) -> list[Obj]:
+    """`gds.enabled` and `gdrcopy.enabled` as upstream hands them to the device plugin, which
+    then sets NVIDIA_GDS / NVIDIA_MOFED / NVIDIA_GDRCOPY in Allocate."""
+    env = []
+    if ctx.spec.gds is not None and ctx.spec.gds.is_enabled(False):
+        env += [env_var("GDS_ENABLED", "true"), env_var("MOFED_ENABLED", "true")]
+    if ctx.spec.gdrcopy is not None and ctx.spec.gdrcopy.is_enabled(False):
+        env.append(env_var("GDRCOPY_ENABLED", "true"))
+    return env
+
+
 def device_plugin(ctx: RenderContext) -> list[Obj]:
     p = ctx.spec.devicePlugin
     config_env, config_mounts, config_volumes = _plugin_config(ctx, p)
@@ -120,6 +133,7 @@ def device_plugin(ctx: RenderContext) -> list[Obj]:
             env_var("KUBELET_SOCKET", "/var/lib/kubelet/device-plugins/kubelet.sock"),
             *ctx.driver_env(),
             *ctx.cdi_env(),
+            *_gpudirect_env(ctx),
             *config_env,
         ],
         mounts=[

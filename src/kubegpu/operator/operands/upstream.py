@@ -298,6 +298,18 @@ def sandbox_operand(section: str, container: str, wait_for: str | None = None) -
     return build
 
 
+def cc_manager(ctx: RenderContext) -> list[Obj]:
+    """The CC manager; `ccManager.defaultMode` is its `DEFAULT_CC_MODE`, as upstream sets it."""
+    objects: list[Obj] = sandbox_operand("ccManager", "nvidia-cc-manager")(ctx)
+    mode = ctx.spec.ccManager.defaultMode
+    if mode:
+        main = objects[-1]["spec"]["template"]["spec"]["containers"][0]
+        # the policy's own env for the container still wins, as for every operand
+        if "DEFAULT_CC_MODE" not in dict(ctx.spec.ccManager.env_pairs()):
+            main["env"] = merge_env(main["env"], [env_var("DEFAULT_CC_MODE", mode)])
+    return objects
+
+
 def vgpu_device_manager(ctx: RenderContext) -> list[Obj]:
     objects: list[Obj] = sandbox_operand(
         "vgpuDeviceManager", "nvidia-vgpu-device-manager", "vgpu-manager-ready"
