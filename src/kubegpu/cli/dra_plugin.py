@@ -17,6 +17,7 @@ from kubegpu.cli.options import (
 from kubegpu.dra.program import DraPluginFlags, DraPluginProgram
 from kubegpu.kube.kubelet import DEVICE_PLUGIN_PATH, PLUGINS_PATH, PLUGINS_REGISTRY_PATH
 from kubegpu.node.gpus import gpu_backend
+from kubegpu.node.intervals import POLL, check_seconds
 from kubegpu.node.runtime import run
 
 
@@ -87,5 +88,10 @@ def dra_plugin(
         dev_root=nvidia_dev_root,
         poll_s=poll_interval,
     )
-    code = run(lambda: DraPluginProgram(flags, gpu_backend(nvml, sim_node)), log_level=log_level)
+
+    def program() -> DraPluginProgram:
+        check_seconds(poll_interval, POLL, "--poll-interval", "KUBEGPU_POLL_INTERVAL")
+        return DraPluginProgram(flags, gpu_backend(nvml, sim_node))
+
+    code = run(program, log_level=log_level)
     raise typer.Exit(code)

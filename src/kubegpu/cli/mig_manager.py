@@ -18,6 +18,7 @@ from kubegpu.cli.options import (
 from kubegpu.mig_manager import DEFAULT_OPERANDS, MigManagerSettings
 from kubegpu.mig_manager.program import MigManagerProgram
 from kubegpu.node.gpus import gpu_backend
+from kubegpu.node.intervals import POLL, WAIT, check_seconds
 from kubegpu.node.runtime import run
 
 log = logging.getLogger("kubegpu.mig_manager")
@@ -121,8 +122,6 @@ def mig_manager(
     """Apply the MIG layout named by the node's nvidia.com/mig.config label, safely."""
     if busy_gpus not in {"refuse", "proceed"}:
         fail(f"--busy-gpus {busy_gpus!r}: use refuse or proceed")
-    if unknown_config_wait < 0:
-        fail(f"--unknown-config-wait {unknown_config_wait}: must be 0 or more seconds")
     if config_file is not None and config_map is not None:
         fail("give --config-file or --config-map, not both")
     try:
@@ -152,6 +151,10 @@ def mig_manager(
     )
 
     def program() -> MigManagerProgram:
+        check_seconds(poll_interval, POLL, "--poll-interval")
+        check_seconds(pods_timeout, WAIT, "--pods-timeout")
+        check_seconds(reboot_timeout, WAIT, "--reboot-timeout")
+        check_seconds(unknown_config_wait, WAIT, "--unknown-config-wait", "UNKNOWN_CONFIG_WAIT")
         if with_shutdown_host_gpu_clients or gpu_clients_file:
             log.warning(
                 "WITH_SHUTDOWN_HOST_GPU_CLIENTS / GPU_CLIENTS_FILE are ignored: kubegpu pauses "

@@ -32,6 +32,7 @@ class Bound:
 POLL = Bound(0.01, 300.0)  # --poll-interval: kubelet socket, config files, MPS readiness
 HEALTH_RECOVERY = Bound(1e-3, 30 * DAY_S, zero_ok=True)  # --health-recovery-period
 COLLECT = Bound(0.0, DAY_S)  # the exporter's --collect-interval (0: read on every scrape)
+WAIT = Bound(0.0, DAY_S)  # how long to wait for something before giving up (0: not at all)
 
 
 def check_seconds(value: float, bound: Bound, flag: str, variable: str | None = None) -> float:
