@@ -106,6 +106,17 @@ def test_the_command_exits_0_on_a_clean_snapshot() -> None:
     assert "no problems found" in result.output
 
 
+def test_a_namespace_the_snapshot_was_not_taken_of_is_refused_not_ignored() -> None:
+    taken_of = load_snapshot(DEMO).operator_namespace
+    result = runner.invoke(app, ["doctor", "--snapshot", str(DEMO), "-n", "elsewhere"])
+    assert result.exit_code == 3, result.output
+    assert f"--namespace elsewhere: {DEMO} was taken of the operator namespace {taken_of}" in (
+        " ".join(result.stderr.split())
+    )
+    same = runner.invoke(app, ["doctor", "--snapshot", str(DEMO), "-n", taken_of])
+    assert same.exit_code == 0, same.output
+
+
 def test_the_command_exits_2_on_errors_and_prints_json(tmp_path: Path) -> None:
     snap = load_snapshot(DEMO)
     nodes = tuple(

@@ -34,8 +34,11 @@ def doctor(
     save_snapshot: Path | None = typer.Option(
         None, "--save-snapshot", help="Also write what was read from the cluster to FILE."
     ),
-    namespace: str = typer.Option(
-        "gpu-operator", "--namespace", "-n", help="The operator's namespace."
+    namespace: str | None = typer.Option(
+        None,
+        "--namespace",
+        "-n",
+        help="The operator's namespace (default gpu-operator; a snapshot names its own).",
     ),
 ) -> None:
     """Check a cluster (or a snapshot of one) for the pitfalls of NVIDIA's GPU stack: each
@@ -71,6 +74,14 @@ def doctor(
     except (ApiError, ConfigError, OSError, httpx2.HTTPError) as exc:
         err.print(f"[red]error:[/red] cannot read the cluster: {exc}", soft_wrap=True)
         raise typer.Exit(UNREAD) from None
+    if snapshot is not None and namespace is not None and namespace != snap.operator_namespace:
+        # the snapshot holds one namespace's objects: checking another would pass silently
+        err.print(
+            f"[red]error:[/red] --namespace {namespace}: {snapshot} was taken of the "
+            f"operator namespace {snap.operator_namespace}",
+            soft_wrap=True,
+        )
+        raise typer.Exit(UNREAD)
     if save_snapshot is not None:
         try:
             save_snapshot.write_text(snap.to_json())
@@ -92,15 +103,17 @@ def doctor(
     raise typer.Exit(exit_code(findings))
 
 
-async def _capture(kubeconfig: Path | None, namespace: str) -> Snapshot:
+async def _capture(kubeconfig: Path | None, namespace: str | None) -> Snapshot:
     from lightkube import AsyncClient
 
-    from kubegpu.doctor.capture import capture
+    from kubegpu.doctor.capture import DEFAULT_NAMESPACE, capture
 
     config = read_kubeconfig(kubeconfig)
     client = AsyncClient(config)
     try:
         context = config.current_context or ""
-        return await capture(client, namespace=namespace, source=f"kubeconfig {context}".strip())
+        return await capture(
+            client, namespace=namespace or DEFAULT_NAMESPACE, source=f"kubeconfig {context}".strip()
+        )
     finally:
         await client.close()
