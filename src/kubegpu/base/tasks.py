@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 #: How long a shutdown waits for one part before it goes on without it.
 STOP_WAIT_S = 15.0
+
+
+def start_kept(tasks: list[asyncio.Task[None]], coro: Coroutine[Any, Any, None]) -> None:
+    """Start `coro` as a task kept in `tasks` (for `cancel_all`), forgetting the ones that
+    have ended, so a list fed for an object's whole life does not grow without bound."""
+    tasks[:] = [t for t in tasks if not t.done()]
+    tasks.append(asyncio.create_task(coro))
 
 
 async def cancel_all(tasks: list[asyncio.Task[None]], wait_s: float = STOP_WAIT_S) -> None:

@@ -9,6 +9,7 @@ in-process (`await node.start()`) or as `kubegpu sim node`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import platform
 import uuid
@@ -26,7 +27,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, NodeStatus, Pod
 from lightkube.types import PatchType, on_error_retry
 
-from kubegpu.base.tasks import bounded_stop, cancel_all
+from kubegpu.base.tasks import bounded_stop, cancel_all, start_kept
 from kubegpu.nvml.sim import SimControls, SimNvml
 from kubegpu.sim import gpuload, inprocess, mounted, netaddr
 from kubegpu.sim.devices import DeviceManager
@@ -37,13 +38,11 @@ from kubegpu.sim.mounted import MountedObjects
 from kubegpu.sim.netaddr import NodeAddress
 from kubegpu.sim.podresources import PodRef, PodResourcesServer
 from kubegpu.sim.pods import (
-    BACKOFF_MAX_S,
-    BACKOFF_START_S,
-    RETRIED_CODES,
     NodeContext,
     PodRunner,
     kill_pod_processes,
     now,
+    send_until_taken,
 )
 
 log = logging.getLogger(__name__)
@@ -391,8 +390,7 @@ class SimNode:
                 elif data["metadata"].get("deletionTimestamp"):
                     if uid not in self._terminating:  # a pod's grace period is its own:
                         self._terminating.add(uid)  # others' events go on meanwhile
-                        self._tasks = [t for t in self._tasks if not t.done()]
-                        self._tasks.append(asyncio.create_task(self._terminate(data)))
+                        start_kept(self._tasks, self._terminate(data))
                 elif uid in self.runners:
                     self.runners[uid].observe(data)
                 elif data.get("status", {}).get("phase") not in {
@@ -442,28 +440,14 @@ class SimNode:
                 self.runners.pop(uid, None)
             self.devices.release(uid)
             self.dra.release(uid)
-            delay = BACKOFF_START_S
-            while True:
-                try:
-                    await self.client.delete(
+            client = self.client
+            with contextlib.suppress(ApiError):  # gone already (404), or not ours to finish
+                await send_until_taken(
+                    lambda: client.delete(
                         Pod, meta["name"], namespace=meta["namespace"], grace_period=0
-                    )
-                    return
-                except ApiError as exc:
-                    if exc.status.code not in RETRIED_CODES:
-                        return  # gone already (404), or not ours to finish
-                    why = str(exc.status.message)
-                except httpx.HTTPError as exc:
-                    why = str(exc) or type(exc).__name__
-                log.warning(
-                    "deleting pod %s/%s: %s; sending again in %.0fs",
-                    meta["namespace"],
-                    meta["name"],
-                    why,
-                    delay,
+                    ),
+                    f"deleting pod {meta['namespace']}/{meta['name']}",
                 )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX_S)
         finally:
             self._terminating.discard(uid)
 

@@ -29,7 +29,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import PodStatus
 from lightkube.types import PatchType
 
-from kubegpu.base.tasks import cancel_all
+from kubegpu.base.tasks import cancel_all, start_kept
 from kubegpu.catalog.nvidia import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_VOID
 from kubegpu.sim.devices import AdmissionError, ContainerAllocation, DeviceManager
 from kubegpu.sim.dra import DraManager
@@ -611,8 +611,7 @@ class PodRunner:
         # skipped: our own write, and older versions the watch delivers late
         if newer_version(seen, written) and seen_view != view:
             self._observed = None
-            self._tasks = [t for t in self._tasks if not t.done()]
-            self._tasks.append(asyncio.create_task(self._push_status()))
+            start_kept(self._tasks, self._push_status())
 
     async def _push_status(self) -> None:
         """Write the pod's status. As kubelet's status manager, keep at it until the API
@@ -622,41 +621,51 @@ class PodRunner:
         self._resync()  # someone else may have written meanwhile
 
     async def _write_status(self) -> None:
-        delay = BACKOFF_START_S
+        async def send() -> Json:
+            status = self.status()  # afresh for each try
+            written = await self.node.client.patch(
+                PodStatus,
+                self.name,
+                {"status": status},
+                namespace=self.namespace,
+                patch_type=PatchType.MERGE,
+            )
+            version = written.metadata.resourceVersion if written.metadata else None
+            self._written = (version or "", status_view(status))
+            return status
+
+        what = f"status of pod {self.namespace}/{self.name}"
         async with self._status_lock:
-            while True:
-                try:
-                    status = self.status()
-                    written = await self.node.client.patch(
-                        PodStatus,
-                        self.name,
-                        {"status": status},
-                        namespace=self.namespace,
-                        patch_type=PatchType.MERGE,
-                    )
-                    version = written.metadata.resourceVersion if written.metadata else None
-                    self._written = (version or "", status_view(status))
-                    return
-                except ApiError as exc:
-                    if exc.status.code == 404:  # the pod is gone
-                        return
-                    why: str = str(exc.status.message)
-                    if exc.status.code not in RETRIED_CODES:
-                        log.warning("status of pod %s/%s: %s", self.namespace, self.name, why)
-                        return
-                except httpx.HTTPError as exc:
-                    why = str(exc) or type(exc).__name__
-                if self._stopping:
-                    return
-                log.warning(
-                    "status of pod %s/%s: %s; sending again in %.0fs",
-                    self.namespace,
-                    self.name,
-                    why,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX_S)
+            try:
+                await send_until_taken(send, what, lambda: self._stopping)
+            except ApiError as exc:
+                if exc.status.code != 404:  # 404: the pod is gone
+                    log.warning("%s: %s", what, exc.status.message)
+
+
+async def send_until_taken(
+    send: Callable[[], Awaitable[object]], what: str, stopped: Callable[[], bool] = lambda: False
+) -> None:
+    """Call `send` until the API server takes it, as kubelet keeps at its writes: a write
+    lost to a timeout under load would leave the API showing an old state for good. Sent
+    again after a transport error or an answer worth another try (RETRIED_CODES), with
+    backoff, unless `stopped()`; any other refusal is raised (ApiError)."""
+    delay = BACKOFF_START_S
+    while True:
+        try:
+            await send()
+            return
+        except ApiError as exc:
+            if exc.status.code not in RETRIED_CODES:
+                raise
+            why = str(exc.status.message)
+        except httpx.HTTPError as exc:
+            why = str(exc) or type(exc).__name__
+        if stopped():
+            return
+        log.warning("%s: %s; sending again in %.0fs", what, why, delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, BACKOFF_MAX_S)
 
 
 StatusView = tuple[str | None, frozenset[tuple[str, str]]]
