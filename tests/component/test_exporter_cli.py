@@ -9,6 +9,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -45,32 +48,45 @@ def wait_healthy(proc: subprocess.Popen[str], port: int, timeout: float = 20.0) 
     raise AssertionError("exporter never became healthy")
 
 
-def test_serves_the_sim_node_with_dcgm_flags_and_env_and_exits_on_sigterm(
-    tmp_path: Path,
-) -> None:
-    state = tmp_path / "gpus.json"
-    port = free_port()
-    env = {
-        **os.environ,
-        "DCGM_EXPORTER_LISTEN": f"127.0.0.1:{port}",
-        "DCGM_EXPORTER_INTERVAL": "0",
-        "NODE_NAME": "gpu-node-7",
-    }
+@dataclass
+class Served:
+    port: int
+    returncode: int | None = None
+    stderr: str = ""
+
+
+@contextmanager
+def serving(state: Path, spec: str, env: dict[str, str]) -> Iterator[Served]:
+    """`kubegpu exporter` on the sim node `spec` (state file `state`) at a free port, with
+    `env` on top of this process's; healthy on entry, stopped with SIGTERM on leaving, when
+    its exit code and standard error are kept."""
+    served = Served(free_port())
     proc = subprocess.Popen(
-        [*KUBEGPU, "exporter", "--nvml", f"sim:{state}", "--sim-node", "l4:2;seed=cli"],
-        env=env,
+        [*KUBEGPU, "exporter", "--nvml", f"sim:{state}", "--sim-node", spec],
+        env={**os.environ, "DCGM_EXPORTER_LISTEN": f"127.0.0.1:{served.port}", **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        wait_healthy(proc, port)
-        SimControls(state).start_process(1, pid=9, used_memory_mib=300, sm_percent=20)
-        text = fetch(port, "/metrics").decode()
+        wait_healthy(proc, served.port)
+        yield served
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=15)
-    assert proc.returncode == 0, stderr
+        _, served.stderr = proc.communicate(timeout=15)
+        served.returncode = proc.returncode
+
+
+def test_serves_the_sim_node_with_dcgm_flags_and_env_and_exits_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "gpus.json"
+    env = {"DCGM_EXPORTER_INTERVAL": "0", "NODE_NAME": "gpu-node-7"}
+    with serving(state, "l4:2;seed=cli", env) as served:
+        SimControls(state).start_process(1, pid=9, used_memory_mib=300, sm_percent=20)
+        text = fetch(served.port, "/metrics").decode()
+    stderr = served.stderr
+    assert served.returncode == 0, stderr
     util = {
         s.labels["gpu"]: (s.value, s.labels["Hostname"])
         for f in text_string_to_metric_families(text)
@@ -146,26 +162,14 @@ def test_pod_label_and_uid_env_the_operator_sets_are_warned_about_not_dropped(
 ) -> None:
     """ClusterPolicy dcgmExporter.enablePodLabels / enablePodUID reach the exporter as DCGM's
     env vars; kubegpu adds neither label, and says so once at start."""
-    port = free_port()
     env = {
-        **os.environ,
-        "DCGM_EXPORTER_LISTEN": f"127.0.0.1:{port}",
         "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS": "true",
         "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID": "true",
     }
-    proc = subprocess.Popen(
-        [*KUBEGPU, "exporter", "--nvml", f"sim:{tmp_path / 'n.json'}", "--sim-node", "l4:1"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_healthy(proc, port)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=15)
-    assert proc.returncode == 0, stderr
+    with serving(tmp_path / "n.json", "l4:1", env) as served:
+        pass
+    stderr = served.stderr
+    assert served.returncode == 0, stderr
     for env_name in (
         "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
         "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",

@@ -16,13 +16,11 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
+from sim_kubelet import node_context
 
-from kubegpu.sim import node as node_module
 from kubegpu.sim import pods
-from kubegpu.sim.devices import DeviceManager
-from kubegpu.sim.mounted import MountedObjects
 from kubegpu.sim.node import SimNode, SimNodeConfig
-from kubegpu.sim.pods import NodeContext, PodRunner
+from kubegpu.sim.pods import PodRunner
 
 
 class TimingOutClient:
@@ -72,16 +70,7 @@ async def test_a_pod_starts_and_reports_running_through_timeouts(
 ) -> None:
     monkeypatch.setattr(pods, "BACKOFF_START_S", 0.01)
     client = TimingOutClient(failures=3)
-    node = NodeContext(
-        name="n",
-        root=tmp_path,
-        client=client,  # type: ignore[arg-type]
-        devices=DeviceManager(tmp_path / "device-plugins", _nothing),
-        api_host="127.0.0.1",
-        api_port=6443,
-        extra_env={},
-        mounted=MountedObjects(client),  # type: ignore[arg-type]
-    )
+    node = node_context(tmp_path, client)
     runner = PodRunner(node, POD, lambda r: _nothing())
     try:
         await runner.start()
@@ -111,7 +100,7 @@ async def test_a_deleted_pod_is_removed_for_good_through_timeouts(
     """Kubelet's last word on a deleted pod (a delete with no grace left once its containers
     are gone) is sent until the API server has it: lost to a timeout, the pod would stay
     Terminating for good (seen at 300 nodes)."""
-    monkeypatch.setattr(node_module, "BACKOFF_START_S", 0.01)
+    monkeypatch.setattr(pods, "BACKOFF_START_S", 0.01)
     deletes: list[str] = []
 
     class DeleteTimingOut:

@@ -13,9 +13,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from kubegpu.sim.devices import DeviceManager
-from kubegpu.sim.mounted import MountedObjects
-from kubegpu.sim.pods import NodeContext, PodRunner
+from sim_kubelet import node_context
+
+from kubegpu.sim.pods import PodRunner
 
 
 class GatedClient:
@@ -58,16 +58,7 @@ async def _settle() -> None:
 
 async def test_a_status_changed_by_someone_else_is_written_again(tmp_path: Path) -> None:
     client = GatedClient()
-    node = NodeContext(
-        name="n",
-        root=tmp_path,
-        client=client,  # type: ignore[arg-type]
-        devices=DeviceManager(tmp_path / "device-plugins", lambda: asyncio.sleep(0)),
-        api_host="127.0.0.1",
-        api_port=6443,
-        extra_env={},
-        mounted=MountedObjects(client),  # type: ignore[arg-type]
-    )
+    node = node_context(tmp_path, client)
     runner = PodRunner(node, POD, lambda r: asyncio.sleep(0))
     runner.observe(_seen(9, runner, Ready="False"))  # before any write: nothing to compare
     first = asyncio.create_task(runner._push_status())
@@ -98,16 +89,7 @@ async def test_a_finished_pod_frees_its_devices_before_its_phase_is_written(
     the same devices; its admission on this node must find them free."""
     client = GatedClient()
     client.gate.set()
-    node = NodeContext(
-        name="n",
-        root=tmp_path,
-        client=client,  # type: ignore[arg-type]
-        devices=DeviceManager(tmp_path / "device-plugins", lambda: asyncio.sleep(0)),
-        api_host="127.0.0.1",
-        api_port=6443,
-        extra_env={},
-        mounted=MountedObjects(client),  # type: ignore[arg-type]
-    )
+    node = node_context(tmp_path, client)
     freed_before: list[int] = []  # how many writes the API server had when devices were freed
 
     async def exited(runner: PodRunner) -> None:

@@ -14,11 +14,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from sim_kubelet import node_context
 
 from kubegpu.sim import pods
-from kubegpu.sim.devices import DeviceManager
 from kubegpu.sim.mounted import MountedObjects
-from kubegpu.sim.pods import NodeContext, PodRunner
+from kubegpu.sim.pods import PodRunner
 from kubegpu.sim.podvolumes import PodObjects
 
 
@@ -81,16 +81,7 @@ async def test_a_running_pod_gets_a_new_token_written_when_its_token_is_due(
 ) -> None:
     monkeypatch.setattr(pods, "BACKOFF_START_S", 0.01)
     client, clock = TokenClient(), Clock()
-    node = NodeContext(
-        name="n",
-        root=tmp_path,
-        client=client,  # type: ignore[arg-type]
-        devices=DeviceManager(tmp_path / "device-plugins", lambda: asyncio.sleep(0)),
-        api_host="127.0.0.1",
-        api_port=6443,
-        extra_env={},
-        mounted=MountedObjects(client),  # type: ignore[arg-type]
-    )
+    node = node_context(tmp_path, client)
     pod = {
         "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
         "spec": {
