@@ -17,6 +17,7 @@ from kubegpu.base.loader import InputError, load_yaml
 from kubegpu.cli.options import fail, read_kubeconfig
 from kubegpu.kube.crds import crd_manifests
 from kubegpu.kube.policy import policy_from_file
+from kubegpu.node.runtime import log_level_problem
 from kubegpu.operator.render import (
     DEFAULT_IMAGE,
     DEFAULT_NAMESPACE,
@@ -71,7 +72,7 @@ def operator(
         return
     raw_level = os.environ.get("LOG_LEVEL") or "INFO"
     level = raw_level.strip().upper()  # the docs and node components write it in lower case
-    if level not in {"DEBUG", "INFO", "WARN", "WARNING", "ERROR", "CRITICAL"}:
+    if log_level_problem(level) is not None:  # the node components' levels, any case
         fail(f"LOG_LEVEL {raw_level!r}: use debug, info, warn or error")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from lightkube.core.exceptions import ConfigError

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kubegpu.base import loader
 from kubegpu.catalog import nvidia
+from kubegpu.kube.label_syntax import value_problem
 from kubegpu.kube.policy import unknown_field_problem
 
 PLAN_FILES = (
@@ -30,7 +31,6 @@ PLAN_FILES = (
 # the Helm values of a plan that are ClusterPolicy spec sections under the same names
 PLAN_POLICY_SECTIONS = ("mig", "devicePlugin", "migManager")
 _NODE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 
 class ChangeError(loader.InputError):
@@ -166,7 +166,7 @@ def parse_assignment(text: str, option: str) -> tuple[str, str]:
     node, eq, value = text.partition("=")
     if not eq or not _NODE.fullmatch(node):  # fullmatch: `$` would let "\n" end a name
         raise ChangeError(f"{option} {loader.excerpt(text)}: expected NODE=VALUE")
-    if not value or not _VALUE.fullmatch(value):
+    if not value or value_problem(value) is not None:
         raise ChangeError(f"{option} {loader.excerpt(text)}: value {value!r} is not a label value")
     return node, value
 
