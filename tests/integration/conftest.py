@@ -21,7 +21,8 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
-from kubegpu.sim.controlplane import ControlPlane, ControlPlaneError
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.controlplane.process import ControlPlaneError
 
 START_TIMEOUT_S = 180.0
 FIELD_MANAGER = "kubegpu-tests"

@@ -30,9 +30,9 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
 from kubegpu.catalog import nvidia
 from kubegpu.dra.classes import device_classes
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.node import SimNode, SimNodeConfig
-from kubegpu.sim.pods import pod_processes
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.processes import pod_processes
 
 from .helpers import eventually
 

@@ -24,7 +24,7 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBi
 from kubegpu.mig.config import MigConfigEntry
 from kubegpu.mig.parted import apply_config
 from kubegpu.sharing.allocate import accepts_envvar, visible_devices
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 from .helpers import eventually
 

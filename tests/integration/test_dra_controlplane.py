@@ -22,8 +22,8 @@ from lightkube.resources.resource_v1 import (
     ResourceSlice,
 )
 
-from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 from .helpers import eventually
 

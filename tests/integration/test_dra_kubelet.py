@@ -27,10 +27,10 @@ from lightkube.resources.resource_v1 import (
 
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
-from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.dra import FAILED_PREPARE
-from kubegpu.sim.node import SimNode, SimNodeConfig
-from kubegpu.sim.pods import pod_processes
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.kubelet.dramanager import FAILED_PREPARE
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.processes import pod_processes
 
 from .fake_dra_plugin import ENV, FakeDraPlugin
 from .helpers import eventually

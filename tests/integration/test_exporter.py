@@ -21,7 +21,7 @@ from prometheus_client.samples import Sample
 
 from kubegpu.exporter import Exporter, ExporterConfig
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 from .fake_plugin import FakePlugin
 from .helpers import eventually

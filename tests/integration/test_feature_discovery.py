@@ -24,7 +24,7 @@ from kubegpu.kube.labels import labels_of
 from kubegpu.mig.config import parse_config
 from kubegpu.mig.parted import apply_config
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 from .helpers import eventually
 

@@ -40,7 +40,7 @@ from kubegpu.mig_manager import (
 from kubegpu.mig_manager.manager import Failed
 from kubegpu.nvml import MigMode
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 from .fake_plugin import FakePlugin
 from .helpers import eventually

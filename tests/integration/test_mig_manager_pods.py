@@ -28,7 +28,7 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBi
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.nodes import watch_node
 from kubegpu.mig_manager import MIG_CONFIG_LABEL, MIG_STATE_LABEL, PAUSED
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 from .helpers import eventually
 

@@ -28,7 +28,7 @@ from kubegpu.exporter.processes import ProcCgroups
 from kubegpu.mig.config import MigConfigEntry
 from kubegpu.mig.parted import apply_config
 from kubegpu.nvml.sim.mps import SimMps
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 from .helpers import eventually
 

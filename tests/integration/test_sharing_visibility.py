@@ -36,8 +36,8 @@ from kubegpu.exporter import Exporter, ExporterConfig
 from kubegpu.exporter.poddirectory import PodDirectory
 from kubegpu.feature_discovery.discovery import FeatureDiscovery, GfdOptions
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.gpuload import ENV_MEMORY, ENV_SM
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.gpuload import ENV_MEMORY, ENV_SM
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 from .helpers import eventually
 

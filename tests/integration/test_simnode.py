@@ -28,8 +28,8 @@ from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
 from kubegpu.nvml import errors
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.node import SimNode, SimNodeConfig
-from kubegpu.sim.pods import pod_processes
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.processes import pod_processes
 
 from .fake_plugin import FakePlugin
 from .helpers import eventually

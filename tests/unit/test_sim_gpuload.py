@@ -11,8 +11,8 @@ from kubegpu.exporter.processes import ProcCgroups
 from kubegpu.nvml.sim import SimControls, SimNvml
 from kubegpu.nvml.sim.controls import SimWorkload
 from kubegpu.nvml.sim.mps import SimMps
-from kubegpu.sim.devices import ContainerAllocation
-from kubegpu.sim.gpuload import (
+from kubegpu.sim.kubelet.devicemanager import ContainerAllocation
+from kubegpu.sim.kubelet.gpuload import (
     ENV_MEMORY,
     ENV_SM,
     PID_BASE,

@@ -30,7 +30,6 @@ import atexit
 import base64
 import contextlib
 import fcntl
-import json
 import os
 import re
 import shutil
@@ -39,10 +38,8 @@ import socket
 import ssl
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -50,39 +47,36 @@ from typing import Any, Final, Self
 
 import yaml
 
-from kubegpu.base.process import pid_alive
-from kubegpu.sim.certs import (
+from kubegpu.sim.controlplane.binaries import (
+    APISERVER,
+    COMPONENTS,
+    CONTROLLER_MANAGER,
+    ETCD,
+    SCHEDULER,
+    check_binaries,
+    find_bin_dir,
+)
+from kubegpu.sim.controlplane.certs import (
     CertificateAuthority,
     IssuedCert,
     generate_signing_key,
     write_private,
     write_public,
 )
+from kubegpu.sim.controlplane.pids import (
+    PidRecord,
+    read_pid_file,
+    terminate_in_reverse,
+    write_pid_file,
+)
+from kubegpu.sim.controlplane.process import ControlPlaneError, Proc, Stage, json_body, probe_get
 
 __all__ = [
-    "BUILD_HINT",
-    "COMPONENTS",
     "DEFAULT_FEATURE_GATES",
     "SIZE_PROFILES",
     "ControlPlane",
-    "ControlPlaneError",
     "ControlPlaneSize",
-    "PidRecord",
-    "find_bin_dir",
-    "read_pid_file",
-    "write_pid_file",
 ]
-
-ETCD: Final = "etcd"
-APISERVER: Final = "kube-apiserver"
-CONTROLLER_MANAGER: Final = "kube-controller-manager"
-SCHEDULER: Final = "kube-scheduler"
-#: The processes of a control plane, in start order (they stop in reverse).
-COMPONENTS: Final = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER)
-
-#: What to tell a user whose binaries are missing.
-BUILD_HINT: Final = "build them with scripts/build-kubernetes (or `make kubernetes`)"
-BIN_DIR_ENV: Final = "KUBEGPU_K8S_BIN"
 
 SERVICE_CIDR: Final = "10.96.0.0/12"
 SERVICE_IP: Final = "10.96.0.1"  # the `kubernetes` Service: first address of SERVICE_CIDR
@@ -98,273 +92,13 @@ DEFAULT_FEATURE_GATES: Final[Mapping[str, bool]] = {"DRAPartitionableDevices": T
 _ETCD_QUOTA_BYTES: Final = 512 * 1024 * 1024
 _PORT_ATTEMPTS: Final = 5  # launches of one component when its port was taken meanwhile
 _POLL_S: Final = 0.1
-_PROBE_TIMEOUT_S: Final = 2.0
-_LOG_TAIL_LINES: Final = 25
 _BIND_RACE = re.compile(r"address already in use", re.IGNORECASE)
-
-
-# --- errors ------------------------------------------------------------------------------
-
-
-def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> list[str]:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            data = f.read()
-    except OSError:
-        return []
-    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
-
-
-class ControlPlaneError(RuntimeError):
-    """A control plane component could not be found, started or made ready.
-
-    The message names the component, says why, and for a process that ran gives its log
-    file and the last lines of that log.
-    """
-
-    def __init__(self, component: str, reason: str, log_path: Path | None = None) -> None:
-        self.component = component
-        self.reason = reason
-        self.log_path = log_path
-        message = f"{component}: {reason}"
-        if log_path is not None:
-            message += f"\n  log: {log_path}"
-            tail = _tail(log_path)
-            if tail:
-                message += f"\n  last {len(tail)} lines of the log:\n" + "\n".join(
-                    f"    {line}" for line in tail
-                )
-        super().__init__(message)
-
-
-# --- binaries ----------------------------------------------------------------------------
-
-
-def _repo_root() -> Path | None:
-    """The source checkout this package runs from (editable install), if any."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "scripts" / "build-kubernetes").is_file():
-            return parent
-    return None
-
-
-def find_bin_dir(bin_dir: Path | None = None) -> Path:
-    """Find the directory holding the control plane binaries.
-
-    In order: ``bin_dir``; ``$KUBEGPU_K8S_BIN``; what ``scripts/build-kubernetes
-    --print-bin-dir`` prints in the checkout this package runs from; the directory of
-    ``kube-apiserver`` on ``PATH``. It does not check that the binaries are there: see
-    :func:`check_binaries`.
-    """
-    if bin_dir is not None:
-        return Path(bin_dir)
-    env = os.environ.get(BIN_DIR_ENV)
-    if env:
-        return Path(env)
-    root = _repo_root()
-    if root is not None:
-        script = root / "scripts" / "build-kubernetes"
-        try:
-            out = subprocess.run(
-                [str(script), "--print-bin-dir"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=True,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise ControlPlaneError(
-                "control plane", f"`{script} --print-bin-dir` failed: {exc}"
-            ) from exc
-        printed = out.stdout.strip()
-        if printed:
-            return Path(printed)
-    found = shutil.which(APISERVER)
-    if found:
-        return Path(found).resolve().parent
-    raise ControlPlaneError(
-        APISERVER,
-        f"cannot find the Kubernetes binaries (no ${BIN_DIR_ENV}, no source checkout with "
-        f"scripts/build-kubernetes, nothing on PATH); {BUILD_HINT}",
-    )
-
-
-def check_binaries(bin_dir: Path) -> dict[str, Path]:
-    """Return each component's binary in ``bin_dir``; raise naming the first one missing."""
-    binaries: dict[str, Path] = {}
-    for name in COMPONENTS:
-        path = bin_dir / name
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise ControlPlaneError(
-                name, f"binary not found or not executable: {path}; {BUILD_HINT}"
-            )
-        binaries[name] = path
-    return binaries
-
-
-# --- pid records -------------------------------------------------------------------------
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time in clock ticks since boot) of a process, None if it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # "pid (comm) state ppid ... starttime(22nd field)"; comm may hold spaces and parens.
-    fields = raw[raw.rfind(")") + 2 :].split()
-    return fields[0], int(fields[19])
-
-
-def _have_proc() -> bool:
-    return Path("/proc/self/stat").exists()
-
-
-@dataclass(frozen=True)
-class PidRecord:
-    """One process recorded in a work directory's ``pids`` file.
-
-    ``start_ticks`` (the process's start time from ``/proc``) tells the recorded process from
-    an unrelated one that got the same pid later; without it the pid alone is trusted.
-    """
-
-    name: str
-    pid: int
-    start_ticks: int | None
-
-    @classmethod
-    def of(cls, name: str, pid: int) -> PidRecord:
-        """Record a running process, with its start time."""
-        stat = _proc_stat(pid)
-        return cls(name, pid, stat[1] if stat else None)
-
-    def line(self) -> str:
-        """The record as a line of the pids file."""
-        ticks = "-" if self.start_ticks is None else str(self.start_ticks)
-        return f"{self.name} {self.pid} {ticks}"
-
-    @classmethod
-    def parse(cls, line: str) -> PidRecord | None:
-        """Read a line of the pids file; None for a blank or malformed line."""
-        parts = line.split()
-        if len(parts) != 3 or not parts[1].isdigit():
-            return None
-        ticks = None if parts[2] == "-" else int(parts[2]) if parts[2].isdigit() else None
-        return cls(parts[0], int(parts[1]), ticks)
-
-    def alive(self) -> bool:
-        """Whether the recorded process still runs (a zombie counts as gone)."""
-        if self.pid <= 1:
-            return False
-        if not _have_proc():
-            return pid_alive(self.pid)
-        stat = _proc_stat(self.pid)
-        if stat is None or stat[0] in ("Z", "X"):
-            return False
-        return self.start_ticks is None or stat[1] == self.start_ticks
-
-
-def read_pid_file(path: Path) -> list[PidRecord]:
-    """The records of a pids file (empty if there is none)."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    return [r for r in map(PidRecord.parse, text.splitlines()) if r is not None]
-
-
-def write_pid_file(path: Path, records: Iterable[PidRecord]) -> None:
-    """Replace a pids file atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(r.line() + "\n" for r in records))
-    tmp.replace(path)
-
-
-def _signal(record: PidRecord, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(record.pid, sig)
-
-
-def _terminate_records(records: Sequence[PidRecord], timeout: float) -> None:
-    """SIGTERM the live ones, wait up to ``timeout``, SIGKILL what is left, wait again."""
-    live = [r for r in records if r.alive()]
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        for r in live:
-            _signal(r, sig)
-        deadline = time.monotonic() + wait
-        while live and time.monotonic() < deadline:
-            time.sleep(0.05)
-            live = [r for r in live if r.alive()]
-        if not live:
-            return
-
-
-def _terminate_in_reverse(records: Sequence[PidRecord], timeout: float) -> None:
-    """Terminate recorded processes last-started first (the API server before etcd)."""
-    for record in reversed(records):
-        _terminate_records([record], timeout)
-
-
-# --- HTTP probes -------------------------------------------------------------------------
-
-
-def _get(
-    url: str, context: ssl.SSLContext | None, timeout_s: float = _PROBE_TIMEOUT_S
-) -> tuple[int, bytes] | str:
-    """GET a URL: (status, body), or the reason it could not be fetched."""
-    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
-    if context is not None:
-        handlers.append(urllib.request.HTTPSHandler(context=context))
-    opener = urllib.request.build_opener(*handlers)
-    try:
-        with opener.open(url, timeout=timeout_s) as resp:
-            return int(resp.status), resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return f"{url}: {reason}"
-
 
 _REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
 _METRIC_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-def _json(body: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 # --- the control plane -------------------------------------------------------------------
-
-
-@dataclass
-class _Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-    log_offset: int  # where this launch's output starts in the log
-
-    def record(self) -> PidRecord:
-        return PidRecord.of(self.name, self.popen.pid)
-
-
-@dataclass
-class _Stage:
-    """A component to launch: its port names, its command line, its readiness probe."""
-
-    name: str
-    ports: tuple[str, ...]
-    args: Callable[[], list[str]]
-    probe: Callable[[], str | None]  # None when ready, else what it still waits for
-    attempts: int = 0
-    waiting_for: str = "starting"
 
 
 LEADER_LEASE_S = 120
@@ -460,13 +194,13 @@ class ControlPlane:
         self._verbosity = verbosity
         self.size = size or ControlPlaneSize()
         self._binaries: dict[str, Path] = {}
-        self._procs: dict[str, _Proc] = {}
+        self._procs: dict[str, Proc] = {}
         self._ports: dict[str, int] = {}
         self._used_ports: set[int] = set()
         self._lock_fd: int | None = None
         self._ca: CertificateAuthority | None = None
         self._admin_ctx: ssl.SSLContext | None = None
-        self._stages: dict[str, _Stage] = {}
+        self._stages: dict[str, Stage] = {}
         self._started = False
 
     # -- paths and facts ---------------------------------------------------------------
@@ -548,7 +282,7 @@ class ControlPlane:
     def request_counts(self) -> Counter[tuple[str, str, str]]:
         """The API server's own count of the requests it served (`apiserver_request_total`),
         by verb, resource and subresource, over every client: what a scale test counts."""
-        got = _get(f"{self.server}/metrics", self._admin_ctx, timeout_s=60.0)
+        got = probe_get(f"{self.server}/metrics", self._admin_ctx, timeout_s=60.0)
         if isinstance(got, str) or got[0] != 200:
             raise ControlPlaneError("kube-apiserver", f"cannot read /metrics: {got}")
         counts: Counter[tuple[str, str, str]] = Counter()
@@ -593,7 +327,7 @@ class ControlPlane:
         self.logs_dir.mkdir(exist_ok=True)
         self._acquire_lock()
         try:
-            _terminate_in_reverse(read_pid_file(self.pid_file), timeout=10.0)
+            terminate_in_reverse(read_pid_file(self.pid_file), timeout=10.0)
             self.pid_file.unlink(missing_ok=True)
             for name in COMPONENTS:
                 self.log_path(name).write_bytes(b"")
@@ -634,7 +368,7 @@ class ControlPlane:
         try:
             pid_file = workdir / "pids"
             live = [r for r in read_pid_file(pid_file) if r.alive()]
-            _terminate_in_reverse(live, timeout)
+            terminate_in_reverse(live, timeout)
             pid_file.unlink(missing_ok=True)
             return live
         finally:
@@ -760,7 +494,7 @@ class ControlPlane:
                 return port
         raise ControlPlaneError("control plane", "no free loopback port")
 
-    def _spawn(self, stage: _Stage) -> None:
+    def _spawn(self, stage: Stage) -> None:
         self._stages[stage.name] = stage
         if stage.name == ETCD and stage.attempts and not self._keep_data:
             # a relaunch on other ports: drop anything the failed launch wrote
@@ -782,10 +516,10 @@ class ControlPlane:
                 start_new_session=True,  # a Ctrl-C in the terminal reaches us, not them
             )
         stage.attempts += 1
-        self._procs[stage.name] = _Proc(stage.name, popen, log_path, offset)
+        self._procs[stage.name] = Proc(stage.name, popen, log_path, offset)
         write_pid_file(self.pid_file, (p.record() for p in self._procs.values()))
 
-    def _bind_race(self, proc: _Proc) -> bool:
+    def _bind_race(self, proc: Proc) -> bool:
         try:
             with proc.log_path.open("rb") as f:
                 f.seek(proc.log_offset)
@@ -794,7 +528,7 @@ class ControlPlane:
             return False
         return bool(_BIND_RACE.search(text))
 
-    def _run_stages(self, stages: list[_Stage], deadline: float, timeout: float) -> None:
+    def _run_stages(self, stages: list[Stage], deadline: float, timeout: float) -> None:
         """Launch the stages' processes together and wait until every one is ready."""
         for stage in stages:
             self._spawn(stage)
@@ -862,7 +596,7 @@ class ControlPlane:
             args.append(f"--feature-gates={gates}")
         return args
 
-    def _etcd_stage(self) -> _Stage:
+    def _etcd_stage(self) -> Stage:
         def args() -> list[str]:
             client = f"http://{LOOPBACK}:{self._ports[ETCD]}"
             peer = f"http://{LOOPBACK}:{self._ports['etcd-peer']}"
@@ -882,17 +616,17 @@ class ControlPlane:
             return out
 
         def probe() -> str | None:
-            got = _get(f"{self.etcd_url}/health", None)
+            got = probe_get(f"{self.etcd_url}/health", None)
             if isinstance(got, str):
                 return got
             status, body = got
-            if status == 200 and _json(body).get("health") == "true":
+            if status == 200 and json_body(body).get("health") == "true":
                 return None
             return f"/health answered {status}: {body[:200]!r}"
 
-        return _Stage(ETCD, (ETCD, "etcd-peer"), args, probe)
+        return Stage(ETCD, (ETCD, "etcd-peer"), args, probe)
 
-    def _apiserver_stage(self) -> _Stage:
+    def _apiserver_stage(self) -> Stage:
         def args() -> list[str]:
             return [
                 f"--etcd-servers={self.etcd_url}",
@@ -931,7 +665,7 @@ class ControlPlane:
             ]
 
         def probe() -> str | None:
-            got = _get(f"{self.server}/readyz", self._admin_ctx)
+            got = probe_get(f"{self.server}/readyz", self._admin_ctx)
             if isinstance(got, str):
                 return got
             status, body = got
@@ -942,7 +676,7 @@ class ControlPlane:
             ]
             return f"/readyz answered {status}: {'; '.join(failing) or body[:200]!r}"
 
-        return _Stage(APISERVER, (APISERVER,), args, probe)
+        return Stage(APISERVER, (APISERVER,), args, probe)
 
     def _component_args(self, name: str) -> list[str]:
         kubeconfig = str(self.workdir / f"{name}.kubeconfig")
@@ -966,13 +700,13 @@ class ControlPlane:
         ]
 
     def _api_get(self, path: str) -> tuple[int, dict[str, Any]] | str:
-        got = _get(f"{self.server}{path}", self._admin_ctx)
+        got = probe_get(f"{self.server}{path}", self._admin_ctx)
         if isinstance(got, str):
             return got
-        return got[0], _json(got[1])
+        return got[0], json_body(got[1])
 
     def _healthz(self, name: str) -> str | None:
-        got = _get(f"https://{LOOPBACK}:{self._ports[name]}/healthz", self._admin_ctx)
+        got = probe_get(f"https://{LOOPBACK}:{self._ports[name]}/healthz", self._admin_ctx)
         if isinstance(got, str):
             return got
         status, body = got
@@ -987,7 +721,7 @@ class ControlPlane:
             return None
         return f"its leader lease kube-system/{name} (lookup answered {status})"
 
-    def _controller_manager_stage(self) -> _Stage:
+    def _controller_manager_stage(self) -> Stage:
         def args() -> list[str]:
             return [
                 *self._component_args(CONTROLLER_MANAGER),
@@ -1012,13 +746,13 @@ class ControlPlane:
                 return f"the default ServiceAccount (lookup answered {got[0]})"
             return None
 
-        return _Stage(CONTROLLER_MANAGER, (CONTROLLER_MANAGER,), args, probe)
+        return Stage(CONTROLLER_MANAGER, (CONTROLLER_MANAGER,), args, probe)
 
-    def _scheduler_stage(self) -> _Stage:
+    def _scheduler_stage(self) -> Stage:
         def probe() -> str | None:
             return self._healthz(SCHEDULER) or self._lease_held(SCHEDULER)
 
-        return _Stage(SCHEDULER, (SCHEDULER,), lambda: self._component_args(SCHEDULER), probe)
+        return Stage(SCHEDULER, (SCHEDULER,), lambda: self._component_args(SCHEDULER), probe)
 
 
 def _lock(workdir: Path) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from kubegpu.sim.certs import CertificateAuthority
+from kubegpu.sim.controlplane.certs import CertificateAuthority
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from kubegpu.catalog import nvidia
 from kubegpu.nvml.sim.controls import SimWorkload
-from kubegpu.sim.devices import ContainerAllocation
+from kubegpu.sim.kubelet.devicemanager import ContainerAllocation
 
 log = logging.getLogger(__name__)
 
