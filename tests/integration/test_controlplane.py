@@ -24,8 +24,9 @@ from lightkube.resources.core_v1 import Event, Namespace, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
 
 from kubegpu.sim.controlplane.binaries import COMPONENTS, find_bin_dir
+from kubegpu.sim.controlplane.kube import LEADER_LEASE_S
 from kubegpu.sim.controlplane.pids import PidRecord, read_pid_file, write_pid_file
-from kubegpu.sim.controlplane.plane import LEADER_LEASE_S, ControlPlane
+from kubegpu.sim.controlplane.plane import ControlPlane
 from kubegpu.sim.controlplane.process import ControlPlaneError
 
 pytestmark = pytest.mark.cluster

@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -43,10 +42,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Final, Self
 
 import yaml
 
+from kubegpu.sim.controlplane import apiserver, controllermanager, etcd, kube, scheduler
+from kubegpu.sim.controlplane.addr import LOOPBACK, free_port
 from kubegpu.sim.controlplane.binaries import (
     APISERVER,
     COMPONENTS,
@@ -63,13 +64,14 @@ from kubegpu.sim.controlplane.certs import (
     write_private,
     write_public,
 )
+from kubegpu.sim.controlplane.kube import CLUSTER_NAME, SERVICE_IP
 from kubegpu.sim.controlplane.pids import (
     PidRecord,
     read_pid_file,
     terminate_in_reverse,
     write_pid_file,
 )
-from kubegpu.sim.controlplane.process import ControlPlaneError, Proc, Stage, json_body, probe_get
+from kubegpu.sim.controlplane.process import ControlPlaneError, Proc, Stage, probe_get
 
 __all__ = [
     "DEFAULT_FEATURE_GATES",
@@ -78,10 +80,6 @@ __all__ = [
     "ControlPlaneSize",
 ]
 
-SERVICE_CIDR: Final = "10.96.0.0/12"
-SERVICE_IP: Final = "10.96.0.1"  # the `kubernetes` Service: first address of SERVICE_CIDR
-CLUSTER_NAME: Final = "kubegpu"
-LOOPBACK: Final = "127.0.0.1"
 
 #: Feature gates every control plane runs with (``feature_gates`` adds to or overrides them).
 #: Dynamic Resource Allocation itself is GA and on in 1.35 (the ``resource.k8s.io/v1`` API,
@@ -99,10 +97,6 @@ _METRIC_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 # --- the control plane -------------------------------------------------------------------
-
-
-LEADER_LEASE_S = 120
-LEADER_RENEW_DEADLINE_S = 100
 
 
 @dataclass(frozen=True)
@@ -485,14 +479,10 @@ class ControlPlane:
             self._ports[name] = self._free_port()
 
     def _free_port(self) -> int:
-        for _ in range(100):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind((LOOPBACK, 0))
-                port = int(s.getsockname()[1])
-            if port not in self._used_ports:
-                self._used_ports.add(port)
-                return port
-        raise ControlPlaneError("control plane", "no free loopback port")
+        port = free_port(self._used_ports)
+        if port is None:
+            raise ControlPlaneError("control plane", "no free loopback port")
+        return port
 
     def _spawn(self, stage: Stage) -> None:
         self._stages[stage.name] = stage
@@ -588,171 +578,62 @@ class ControlPlane:
     # -- internals: components ---------------------------------------------------------
 
     def _common_k8s_args(self) -> list[str]:
-        args = [f"--v={self._verbosity}"]
-        if self._feature_gates:
-            gates = ",".join(
-                f"{k}={str(v).lower()}" for k, v in sorted(self._feature_gates.items())
-            )
-            args.append(f"--feature-gates={gates}")
-        return args
+        return kube.common_args(self._verbosity, self._feature_gates)
 
     def _etcd_stage(self) -> Stage:
         def args() -> list[str]:
-            client = f"http://{LOOPBACK}:{self._ports[ETCD]}"
-            peer = f"http://{LOOPBACK}:{self._ports['etcd-peer']}"
-            out = [
-                f"--name={CLUSTER_NAME}",
-                f"--data-dir={self.workdir / 'etcd'}",
-                f"--listen-client-urls={client}",
-                f"--advertise-client-urls={client}",
-                f"--listen-peer-urls={peer}",
-                f"--initial-advertise-peer-urls={peer}",
-                f"--initial-cluster={CLUSTER_NAME}={peer}",
-                f"--quota-backend-bytes={self.size.etcd_quota_bytes}",
-                "--log-level=warn",
-            ]
-            if not self._fsync:
-                out.append("--unsafe-no-fsync")
-            return out
+            return etcd.args(
+                self.workdir / "etcd",
+                self._ports[ETCD],
+                self._ports["etcd-peer"],
+                self.size.etcd_quota_bytes,
+                self._fsync,
+            )
 
-        def probe() -> str | None:
-            got = probe_get(f"{self.etcd_url}/health", None)
-            if isinstance(got, str):
-                return got
-            status, body = got
-            if status == 200 and json_body(body).get("health") == "true":
-                return None
-            return f"/health answered {status}: {body[:200]!r}"
-
-        return Stage(ETCD, (ETCD, "etcd-peer"), args, probe)
+        return Stage(ETCD, (ETCD, "etcd-peer"), args, lambda: etcd.probe(self.etcd_url))
 
     def _apiserver_stage(self) -> Stage:
         def args() -> list[str]:
             return [
-                f"--etcd-servers={self.etcd_url}",
-                f"--bind-address={LOOPBACK}",
-                f"--advertise-address={LOOPBACK}",
-                f"--secure-port={self._ports[APISERVER]}",
-                f"--tls-cert-file={self._pki('apiserver.crt')}",
-                f"--tls-private-key-file={self._pki('apiserver.key')}",
-                f"--client-ca-file={self._pki('ca.crt')}",
-                f"--kubelet-client-certificate={self._pki('apiserver-kubelet-client.crt')}",
-                f"--kubelet-client-key={self._pki('apiserver-kubelet-client.key')}",
-                # as kubeadm sets it: a simulated node's name resolves nowhere, its
-                # InternalIP is where its kubelet (logs) and host-network pods listen
-                "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
-                "--authorization-mode=Node,RBAC",
-                "--enable-admission-plugins=NodeRestriction",
-                "--allow-privileged=true",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={self._pki('sa.pub')}",
-                f"--service-account-signing-key-file={self._pki('sa.key')}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                # Endpoints may not hold a loopback address, so the `kubernetes` Service gets
-                # none; in-cluster clients of the simulator are given the URL directly.
-                "--endpoint-reconciler-type=none",
-                f"--requestheader-client-ca-file={self._pki('front-proxy-ca.crt')}",
-                "--requestheader-allowed-names=front-proxy-client",
-                "--requestheader-username-headers=X-Remote-User",
-                "--requestheader-group-headers=X-Remote-Group",
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-                f"--proxy-client-cert-file={self._pki('front-proxy-client.crt')}",
-                f"--proxy-client-key-file={self._pki('front-proxy-client.key')}",
-                "--enable-aggregator-routing=true",
-                "--profiling=false",
+                *apiserver.args(self.etcd_url, self._ports[APISERVER], self.pki_dir),
                 *self.size.apiserver_args(),
                 *self._common_k8s_args(),
             ]
 
         def probe() -> str | None:
-            got = probe_get(f"{self.server}/readyz", self._admin_ctx)
-            if isinstance(got, str):
-                return got
-            status, body = got
-            if status == 200:
-                return None
-            failing = [
-                line.strip() for line in body.decode(errors="replace").splitlines() if "[-]" in line
-            ]
-            return f"/readyz answered {status}: {'; '.join(failing) or body[:200]!r}"
+            return apiserver.probe(self.server, self._admin_ctx)
 
         return Stage(APISERVER, (APISERVER,), args, probe)
 
     def _component_args(self, name: str) -> list[str]:
-        kubeconfig = str(self.workdir / f"{name}.kubeconfig")
+        kubeconfig = self.workdir / f"{name}.kubeconfig"
         return [
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            f"--bind-address={LOOPBACK}",
-            f"--secure-port={self._ports[name]}",
-            f"--tls-cert-file={self._pki(f'{name}-serving.crt')}",
-            f"--tls-private-key-file={self._pki(f'{name}-serving.key')}",
-            "--leader-elect=true",
-            # one instance of each, so no failover to be quick about: with the defaults
-            # (15 s lease, 10 s renew deadline) an API server slowed by load (300 nodes on
-            # 2 cores) made both lose their lease and exit, and nothing scheduled again
-            f"--leader-elect-lease-duration={LEADER_LEASE_S}s",
-            f"--leader-elect-renew-deadline={LEADER_RENEW_DEADLINE_S}s",
-            "--profiling=false",
+            *kube.secure_component_args(name, kubeconfig, self.pki_dir, self._ports[name]),
             *self.size.client_args(),
             *self._common_k8s_args(),
         ]
-
-    def _api_get(self, path: str) -> tuple[int, dict[str, Any]] | str:
-        got = probe_get(f"{self.server}{path}", self._admin_ctx)
-        if isinstance(got, str):
-            return got
-        return got[0], json_body(got[1])
-
-    def _healthz(self, name: str) -> str | None:
-        got = probe_get(f"https://{LOOPBACK}:{self._ports[name]}/healthz", self._admin_ctx)
-        if isinstance(got, str):
-            return got
-        status, body = got
-        return None if status == 200 else f"/healthz answered {status}: {body[:200]!r}"
-
-    def _lease_held(self, name: str) -> str | None:
-        got = self._api_get(f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}")
-        if isinstance(got, str):
-            return got
-        status, lease = got
-        if status == 200 and lease.get("spec", {}).get("holderIdentity"):
-            return None
-        return f"its leader lease kube-system/{name} (lookup answered {status})"
 
     def _controller_manager_stage(self) -> Stage:
         def args() -> list[str]:
             return [
                 *self._component_args(CONTROLLER_MANAGER),
-                "--controllers=*",
-                f"--cluster-name={CLUSTER_NAME}",
-                f"--service-account-private-key-file={self._pki('sa.key')}",
-                f"--root-ca-file={self._pki('ca.crt')}",
-                f"--cluster-signing-cert-file={self._pki('ca.crt')}",
-                f"--cluster-signing-key-file={self._pki('ca.key')}",
-                "--use-service-account-credentials=true",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                *controllermanager.args(self.pki_dir),
             ]
 
         def probe() -> str | None:
-            waiting = self._healthz(CONTROLLER_MANAGER) or self._lease_held(CONTROLLER_MANAGER)
-            if waiting:
-                return waiting
-            got = self._api_get("/api/v1/namespaces/default/serviceaccounts/default")
-            if isinstance(got, str):
-                return got
-            if got[0] != 200:
-                return f"the default ServiceAccount (lookup answered {got[0]})"
-            return None
+            port = self._ports[CONTROLLER_MANAGER]
+            return controllermanager.probe(self.server, port, self._admin_ctx)
 
         return Stage(CONTROLLER_MANAGER, (CONTROLLER_MANAGER,), args, probe)
 
     def _scheduler_stage(self) -> Stage:
-        def probe() -> str | None:
-            return self._healthz(SCHEDULER) or self._lease_held(SCHEDULER)
+        def args() -> list[str]:
+            return [*self._component_args(SCHEDULER), *scheduler.args()]
 
-        return Stage(SCHEDULER, (SCHEDULER,), lambda: self._component_args(SCHEDULER), probe)
+        def probe() -> str | None:
+            return scheduler.probe(self.server, self._ports[SCHEDULER], self._admin_ctx)
+
+        return Stage(SCHEDULER, (SCHEDULER,), args, probe)
 
 
 def _lock(workdir: Path) -> int:
