@@ -42,11 +42,11 @@ from kubegpu.sim.kubelet.devicemanager import AdmissionError, ContainerAllocatio
 from kubegpu.sim.kubelet.dramanager import DraManager
 from kubegpu.sim.kubelet.mounted import MountedObjects, ObjectKey
 from kubegpu.sim.kubelet.podenv import base_env, container_env, field_value
+from kubegpu.sim.kubelet.qos import qos_class
 from kubegpu.sim.kubelet.server import LogSource
 from kubegpu.sim.kubelet.status import (
     StatusView,
     newer_version,
-    qos_class,
     send_until_taken,
     status_view,
 )

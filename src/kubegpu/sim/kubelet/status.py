@@ -66,23 +66,3 @@ def newer_version(version: str, than: str) -> bool:
     if version.isdigit() and than.isdigit():
         return int(version) > int(than)
     return version != than
-
-
-def qos_class(spec: Json) -> str:
-    """The pod's QoS class as the API server derives it (status.qosClass may not change)."""
-    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-    requests_seen = False
-    guaranteed = True
-    for c in containers:
-        res = c.get("resources") or {}
-        limits = {k: str(v) for k, v in (res.get("limits") or {}).items() if k in ("cpu", "memory")}
-        requests = {
-            k: str(v) for k, v in (res.get("requests") or {}).items() if k in ("cpu", "memory")
-        }
-        requests = {**limits, **requests}  # a limit without a request defaults the request
-        requests_seen = requests_seen or bool(requests)
-        if set(limits) != {"cpu", "memory"} or any(requests.get(k) != limits[k] for k in limits):
-            guaranteed = False
-    if not requests_seen:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
