@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 
 from kubegpu.base.tasks import cancel_all
+from kubegpu.kube.kubelet import KUBELET_SOCKET
 from kubegpu.kube.kubelet import deviceplugin_v1beta1_pb2 as dp
 from kubegpu.kube.kubelet import deviceplugin_v1beta1_pb2_grpc as dp_grpc
 
@@ -70,7 +71,7 @@ class DeviceManager:
 
     @property
     def socket(self) -> Path:
-        return self.plugin_dir / "kubelet.sock"
+        return self.plugin_dir / KUBELET_SOCKET
 
     # -- registration -------------------------------------------------------------------
     async def start(self) -> None:

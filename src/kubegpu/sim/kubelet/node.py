@@ -28,6 +28,7 @@ from lightkube.resources.core_v1 import Node, NodeStatus, Pod
 from lightkube.types import PatchType, on_error_retry
 
 from kubegpu.base.tasks import bounded_stop, cancel_all, start_kept
+from kubegpu.kube.kubelet import DEVICE_PLUGIN_PATH, POD_RESOURCES_SOCKET
 from kubegpu.nvml.sim import SimControls, SimNvml
 from kubegpu.sim import inprocess
 from kubegpu.sim.controlplane import addr as netaddr
@@ -122,12 +123,12 @@ class SimNode:
         self.client: AsyncClient | None = None
         self.mounted: MountedObjects | None = None  # shared with the process's other nodes
         self.devices = DeviceManager(
-            self.root / "var/lib/kubelet/device-plugins", self._capacity_changed
+            self.root / DEVICE_PLUGIN_PATH.strip("/"), self._capacity_changed
         )
         self.devices.on_allocations = self._allocations_changed
         self.dra = DraManager(self.name, self.root)  # DRA plugins and resource claims
         self.pod_resources = PodResourcesServer(
-            self.root / "var/lib/kubelet/pod-resources/kubelet.sock",
+            self.root / POD_RESOURCES_SOCKET.strip("/"),
             self.devices,
             self._pod_refs,
             self.dra.dynamic_resources,
