@@ -30,7 +30,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import PodStatus
 from lightkube.types import PatchType
 
-from kubegpu.base.tasks import cancel_all, start_kept
+from kubegpu.base.tasks import cancel_all
 from kubegpu.catalog.nvidia import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_VOID
 from kubegpu.sim.inprocess import (
     ContainerSpec,
@@ -45,10 +45,7 @@ from kubegpu.sim.kubelet.podenv import base_env, container_env, field_value
 from kubegpu.sim.kubelet.qos import qos_class
 from kubegpu.sim.kubelet.server import LogSource
 from kubegpu.sim.kubelet.status import (
-    StatusView,
-    newer_version,
-    send_until_taken,
-    status_view,
+    PodStatusManager,
 )
 from kubegpu.sim.kubelet.volumes import (
     PodObjects,
@@ -164,10 +161,13 @@ class PodRunner:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._on_exit = on_exit
-        self._status_lock = asyncio.Lock()
-        # what the API server last took from us: (resourceVersion, the fields we own)
-        self._written: tuple[str, StatusView] | None = None
-        self._observed: tuple[str, StatusView] | None = None  # the watch's latest version
+        self._status = PodStatusManager(
+            f"status of pod {self.namespace}/{self.name}",
+            self.status,
+            self._patch_status,
+            lambda: self._stopping,
+            self._tasks,
+        )
         self._volume_sources: dict[str, Path] = {}
         self._objects = PodObjects(
             node.client,
@@ -601,50 +601,19 @@ class PodRunner:
         return status
 
     def observe(self, pod: Json) -> None:
-        """A newer version of the pod from the watch. As kubelet's status manager, write the
-        status again when someone else changed what this kubelet wrote: the node controller
-        marks the pods of a node whose lease lagged not Ready, and only the kubelet sets them
-        Ready again once the node is back."""
-        version = pod["metadata"].get("resourceVersion") or ""
-        self._observed = (version, status_view(pod.get("status") or {}))
-        self._resync()
-
-    def _resync(self) -> None:
-        if self._written is None or self._observed is None or self._stopping:
-            return  # nothing to compare yet
-        if self._status_lock.locked():
-            return  # a write is under way; it compares again when done
-        (written, view), (seen, seen_view) = self._written, self._observed
-        # skipped: our own write, and older versions the watch delivers late
-        if newer_version(seen, written) and seen_view != view:
-            self._observed = None
-            start_kept(self._tasks, self._push_status())
+        """A newer version of the pod from the watch (see `status.PodStatusManager`)."""
+        self._status.observe(pod)
 
     async def _push_status(self) -> None:
-        """Write the pod's status. As kubelet's status manager, keep at it until the API
-        server has it: a write lost to a timeout under load would leave the pod showing an
-        old state for good. The status is taken afresh for each try."""
-        await self._write_status()
-        self._resync()  # someone else may have written meanwhile
+        """Write the pod's status until the API server has it (`status.PodStatusManager`)."""
+        await self._status.push()
 
-    async def _write_status(self) -> None:
-        async def send() -> Json:
-            status = self.status()  # afresh for each try
-            written = await self.node.client.patch(
-                PodStatus,
-                self.name,
-                {"status": status},
-                namespace=self.namespace,
-                patch_type=PatchType.MERGE,
-            )
-            version = written.metadata.resourceVersion if written.metadata else None
-            self._written = (version or "", status_view(status))
-            return status
-
-        what = f"status of pod {self.namespace}/{self.name}"
-        async with self._status_lock:
-            try:
-                await send_until_taken(send, what, lambda: self._stopping)
-            except ApiError as exc:
-                if exc.status.code != 404:  # 404: the pod is gone
-                    log.warning("%s: %s", what, exc.status.message)
+    async def _patch_status(self, status: Json) -> str | None:
+        written = await self.node.client.patch(
+            PodStatus,
+            self.name,
+            {"status": status},
+            namespace=self.namespace,
+            patch_type=PatchType.MERGE,
+        )
+        return written.metadata.resourceVersion if written.metadata else None

@@ -1,5 +1,5 @@
-"""The simulated kubelet's status manager rules: what of a pod's status it owns, when a
-status it wrote was overwritten, and sending a write until the API server takes it."""
+"""The simulated kubelet's status manager: what of a pod's status it owns, when a status
+it wrote was overwritten, and sending a write until the API server takes it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx2 as httpx
 from lightkube.core.exceptions import ApiError
+
+from kubegpu.base.tasks import start_kept
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +68,67 @@ def newer_version(version: str, than: str) -> bool:
     if version.isdigit() and than.isdigit():
         return int(version) > int(than)
     return version != than
+
+
+class PodStatusManager:
+    """One pod's status, as kubelet's status manager keeps it.
+
+    `push` writes the status `compute` gives, afresh for each try, until the API server
+    takes it (a write lost to a timeout under load would leave the pod showing an old
+    state for good). `observe` hears each newer version of the pod from the watch and
+    writes again when someone else changed what this kubelet wrote: the node controller
+    marks the pods of a node whose lease lagged not Ready, and only the kubelet sets them
+    Ready again once the node is back.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        compute: Callable[[], Json],
+        patch: Callable[[Json], Awaitable[str | None]],
+        stopping: Callable[[], bool],
+        tasks: list[asyncio.Task[None]],
+    ) -> None:
+        self.what = what  # "status of pod ns/name", for the log
+        self._compute = compute
+        self._patch = patch  # sends a status, returns the resourceVersion written
+        self._stopping = stopping
+        self._tasks = tasks  # where a rewrite runs (the pod's tasks, stopped with it)
+        self._lock = asyncio.Lock()
+        # what the API server last took from us: (resourceVersion, the fields we own)
+        self._written: tuple[str, StatusView] | None = None
+        self._observed: tuple[str, StatusView] | None = None  # the watch's latest version
+
+    def observe(self, pod: Json) -> None:
+        version = pod["metadata"].get("resourceVersion") or ""
+        self._observed = (version, status_view(pod.get("status") or {}))
+        self._resync()
+
+    async def push(self) -> None:
+        await self._write()
+        self._resync()  # someone else may have written meanwhile
+
+    def _resync(self) -> None:
+        if self._written is None or self._observed is None or self._stopping():
+            return  # nothing to compare yet
+        if self._lock.locked():
+            return  # a write is under way; it compares again when done
+        (written, view), (seen, seen_view) = self._written, self._observed
+        # skipped: our own write, and older versions the watch delivers late
+        if newer_version(seen, written) and seen_view != view:
+            self._observed = None
+            start_kept(self._tasks, self.push())
+
+    async def _write(self) -> None:
+        async def send() -> Json:
+            status = self._compute()  # afresh for each try
+            version = await self._patch(status)
+            self._written = (version or "", status_view(status))
+            return status
+
+        async with self._lock:
+            try:
+                await send_until_taken(send, self.what, self._stopping)
+            except ApiError as exc:
+                if exc.status.code != 404:  # 404: the pod is gone
+                    log.warning("%s: %s", self.what, exc.status.message)
