@@ -2,9 +2,12 @@
 
 - ``node``: the Node object, its status and lease (heartbeats), and ``SimNode`` holding it all;
 - ``podworkers``: each pod's lifecycle (admit, volumes, containers, restarts);
-- ``status``: the status manager's rules (what it owns, resending a write until taken);
+- ``status``: the status manager (what it owns, resending a write until taken, writing
+  again what someone else changed); ``qos``: the pod's QoS class;
+- ``pluginwatcher``: registration sockets found, asked and answered;
 - ``devicemanager``: the device-plugin API's kubelet side (Registration, ListAndWatch,
-  Allocate); ``dramanager``: the DRA kubelet side (claim preparation);
+  Allocate); ``dramanager``: the DRA kubelet side (the plugin watcher's handler, claim
+  preparation, the claims' CDI environment);
 - ``podresources``: the pod-resources gRPC server;
 - ``volumes`` and ``mounted``: a pod's volumes and the ConfigMaps/Secrets they show;
 - ``podenv``: a container's environment; ``podexec``: a container's start (mount
