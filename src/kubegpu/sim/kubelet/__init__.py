@@ -16,5 +16,6 @@
 - ``server``: the kubelet's HTTPS endpoint (``kubectl logs``).
 
 It may import ``kubegpu.sim.controlplane`` (certificates, addresses) and the container side
-at the top (``inprocess``, ``smi``), never the cluster files or demos.
+(``inprocess``, ``smi``: files at the top of ``sim/``, a layer below this room), never the
+cluster files or demos.
 """
