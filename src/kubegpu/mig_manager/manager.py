@@ -72,6 +72,7 @@ from kubegpu.mig_manager.settings import (
     State,
 )
 from kubegpu.nvml import Nvml, NvmlError
+from kubegpu.sharing.replicas import physical_id
 
 log = logging.getLogger(__name__)
 
@@ -499,7 +500,7 @@ class MigManager:
         for h in held:
             if not h.resource.startswith("nvidia.com/"):
                 continue
-            index = gpu_of.get(h.device_id.split("::", 1)[0])
+            index = gpu_of.get(physical_id(h.device_id))
             if index is not None and index in changing:
                 busy.setdefault(index, set()).add(h.pod_ref)
         if not busy:
