@@ -13,11 +13,15 @@ log = logging.getLogger(__name__)
 STOP_WAIT_S = 15.0
 
 
-def start_kept(tasks: list[asyncio.Task[None]], coro: Coroutine[Any, Any, None]) -> None:
+def start_kept(
+    tasks: list[asyncio.Task[None]], coro: Coroutine[Any, Any, None], name: str | None = None
+) -> asyncio.Task[None]:
     """Start `coro` as a task kept in `tasks` (for `cancel_all`), forgetting the ones that
     have ended, so a list fed for an object's whole life does not grow without bound."""
     tasks[:] = [t for t in tasks if not t.done()]
-    tasks.append(asyncio.create_task(coro))
+    task = asyncio.create_task(coro, name=name)
+    tasks.append(task)
+    return task
 
 
 async def cancel_all(tasks: list[asyncio.Task[None]], wait_s: float = STOP_WAIT_S) -> None:

@@ -35,11 +35,18 @@ from typing import Any
 import grpc
 from lightkube import AsyncClient
 
+from kubegpu.base.tasks import cancel_all, start_kept
+from kubegpu.catalog import nvidia
 from kubegpu.device_plugin.annotate import PodAnnotator
 from kubegpu.device_plugin.discovery import NodeFacts, read_node
 from kubegpu.device_plugin.health import EventReader
 from kubegpu.device_plugin.server import ResourceServer, ResourceState
-from kubegpu.kube.kubelet import DEVICE_PLUGIN_PATH, KUBELET_SOCKET, REGISTRATION_SOCKET
+from kubegpu.kube.kubelet import (
+    DEVICE_PLUGIN_PATH,
+    KUBELET_SOCKET,
+    POD_RESOURCES_PATH,
+    REGISTRATION_SOCKET,
+)
 from kubegpu.kube.nodes import NORMAL, WARNING
 from kubegpu.node.config import NodeConfig
 from kubegpu.nvml import EventType, GpuEvent, Nvml, NvmlError
@@ -59,7 +66,7 @@ REASON_REJECTED = "DevicePluginConfigRejected"
 REASON_UNHEALTHY = "GpuUnhealthy"
 REASON_RECOVERED = "GpuRecovered"
 MPS_STARTED = ".started"
-POD_RESOURCES_DIR = "pod-resources"
+POD_RESOURCES_DIR = Path(POD_RESOURCES_PATH).name  # "pod-resources", beside device-plugins/
 
 
 @dataclass
@@ -73,7 +80,7 @@ class PluginOptions:
     overrides: Mapping[str, Any] = field(default_factory=dict)  # flag/env values over files
     plugin_dir: Path = Path(DEVICE_PLUGIN_PATH)
     kubelet_socket: Path | None = Path(REGISTRATION_SOCKET)  # None: serve, do not register
-    cdi_root: Path | None = Path("/var/run/cdi")  # None: write no CDI spec
+    cdi_root: Path | None = Path(nvidia.CDI_SPEC_DIR)  # None: write no CDI spec
     driver_root: Path = Path("/")  # where this process sees the driver root (MIG caps)
     health_recovery_s: float = 300.0  # 0: unhealthy until restart, as upstream
     xid_policy: XidPolicy = field(default_factory=XidPolicy)
@@ -116,7 +123,7 @@ class DevicePlugin:
         self._retry_at: dict[str, float] = {}
         self._waiting_for_mps: set[str] = set()
         self._lock = asyncio.Lock()
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: list[asyncio.Task[None]] = []
         self._events_fault: str | None = None  # why GPU events cannot be read, while so
         self._read_fault: str | None = None  # why the GPUs could not be read, while so
         self._probe_faults: dict[Scope, str] = {}  # recovery probes that failed, logged once
@@ -131,7 +138,7 @@ class DevicePlugin:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         reader = None
-        control = None
+        control: list[asyncio.Task[None]] = []
         try:
             await self.node.start(self._wake)
             if self.options.xid_policy.active:
@@ -150,17 +157,13 @@ class DevicePlugin:
             self.ready.set()
             if self.annotator is not None:
                 self._in_background(self.annotator.run())
-            control = asyncio.create_task(self._control(), name="device-plugin-control")
+            start_kept(control, self._control(), name="device-plugin-control")
             await self._stopping.wait()
         finally:
-            if control is not None:
-                control.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await control
+            await cancel_all(control)
             if reader is not None:
                 await asyncio.to_thread(reader.stop)
-            for task in list(self._background):
-                task.cancel()
+            await cancel_all(self._background)
             for server in self.servers.values():
                 await server.stop()
             await self.node.stop()
@@ -415,9 +418,7 @@ class DevicePlugin:
         self._events_fault = None
 
     def _in_background(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        start_kept(self._background, coro)
 
     async def _refresh_health(self) -> None:
         if self.advertised is None:

@@ -39,6 +39,7 @@ from pathlib import Path
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
+from kubegpu.base.tasks import cancel_all, start_kept
 from kubegpu.kube.labels import (
     API_ERRORS,
     annotations_of,
@@ -208,21 +209,19 @@ class MigManager:
 
     async def run(self) -> None:
         await self.layouts.prepare()
-        tasks = {
-            asyncio.create_task(self._watch(), name="mig-manager:watch"),
-            asyncio.create_task(self._work(), name="mig-manager:work"),
-            asyncio.create_task(self._stop.wait(), name="mig-manager:stop"),
-        }
+        tasks: list[asyncio.Task[None]] = []
+        start_kept(tasks, self._watch(), name="mig-manager:watch")
+        start_kept(tasks, self._work(), name="mig-manager:work")
+        start_kept(tasks, self._wait_stop(), name="mig-manager:stop")
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 t.result()
         finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+            await cancel_all(tasks)
+
+    async def _wait_stop(self) -> None:
+        await self._stop.wait()
 
     async def _watch(self) -> None:
         async for node in watch_node(self.client, self.node_name):

@@ -16,13 +16,13 @@ switching a moment later.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from lightkube import AsyncClient
 
+from kubegpu.base.tasks import cancel_all, start_kept
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.nodes import NORMAL, record_node_event, watch_node
 from kubegpu.sharing.config import PluginConfig, SharingConfigError, parse_config
@@ -55,7 +55,7 @@ class NodeConfig:
         self.events: list[tuple[str, str, str]] = []  # (type, reason, message), newest last
         self._label_known = asyncio.Event()
         self._wake: asyncio.Event | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: list[asyncio.Task[None]] = []
         self._ignored_said: set[str] = set()
         if source.config_dir is not None and source.config_file is not None:
             log.warning(
@@ -114,17 +114,10 @@ class NodeConfig:
         return True
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
+        await cancel_all(self._tasks)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        start_kept(self._tasks, coro)
 
     async def _watch(self, client: AsyncClient, name: str) -> None:
         async for node in watch_node(client, name):
