@@ -35,6 +35,7 @@ from typing import Any
 import grpc
 from lightkube import AsyncClient
 
+from kubegpu.base.tasks import finish_even_if_cancelled
 from kubegpu.device_plugin.annotate import PodAnnotator
 from kubegpu.device_plugin.discovery import NodeFacts, read_node
 from kubegpu.device_plugin.health import EventReader
@@ -153,18 +154,25 @@ class DevicePlugin:
             control = asyncio.create_task(self._control(), name="device-plugin-control")
             await self._stopping.wait()
         finally:
-            if control is not None:
-                control.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await control
             if reader is not None:
-                await asyncio.to_thread(reader.stop)
-            for task in list(self._background):
-                task.cancel()
-            for server in self.servers.values():
-                await server.stop()
-            await self.node.stop()
-            log.info("device plugin stopped")
+                reader.request_stop()  # at once: the thread ends even if all else is cut
+            await finish_even_if_cancelled(self._shutdown(control, reader))
+
+    async def _shutdown(
+        self, control: asyncio.Task[None] | None, reader: EventReader | None
+    ) -> None:
+        if control is not None:
+            control.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await control
+        if reader is not None:
+            await asyncio.to_thread(reader.stop)
+        for task in list(self._background):
+            task.cancel()
+        for server in self.servers.values():
+            await server.stop()
+        await self.node.stop()
+        log.info("device plugin stopped")
 
     def describe(self, device_ids: Sequence[str]) -> list[Isolation]:
         """What the devices give (`sharing.isolation`), under the config being served."""
