@@ -47,3 +47,21 @@ async def bounded_stop(stop: Awaitable[object], what: str, wait_s: float = STOP_
         await asyncio.wait_for(stop, wait_s)
     except TimeoutError:
         log.warning("%s did not stop in %.0fs; going on without it", what, wait_s)
+
+
+async def finish_even_if_cancelled(cleanup: Coroutine[Any, Any, None]) -> None:
+    """Run a component's cleanup to its end even when the task running it is cancelled
+    meanwhile: a hurried shutdown cancels again while the first cancellation unwinds, and a
+    cleanup cut short leaves threads and servers running. The cancellation is raised once
+    the cleanup is done."""
+    task = asyncio.ensure_future(cleanup)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    task.result()

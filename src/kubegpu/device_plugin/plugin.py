@@ -35,7 +35,7 @@ from typing import Any
 import grpc
 from lightkube import AsyncClient
 
-from kubegpu.base.tasks import cancel_all, start_kept
+from kubegpu.base.tasks import cancel_all, finish_even_if_cancelled, start_kept
 from kubegpu.catalog import nvidia
 from kubegpu.device_plugin.annotate import PodAnnotator
 from kubegpu.device_plugin.discovery import NodeFacts, read_node
@@ -158,14 +158,21 @@ class DevicePlugin:
             start_kept(control, self._control(), name="device-plugin-control")
             await self._stopping.wait()
         finally:
-            await cancel_all(control)
             if reader is not None:
-                await asyncio.to_thread(reader.stop)
-            await cancel_all(self._background)
-            for server in self.servers.values():
-                await server.stop()
-            await self.node.stop()
-            log.info("device plugin stopped")
+                reader.request_stop()  # at once: the thread ends even if all else is cut
+            await finish_even_if_cancelled(self._shutdown(control, reader))
+
+    async def _shutdown(
+        self, control: list[asyncio.Task[None]], reader: EventReader | None
+    ) -> None:
+        await cancel_all(control)
+        if reader is not None:
+            await asyncio.to_thread(reader.stop)
+        await cancel_all(self._background)
+        for server in self.servers.values():
+            await server.stop()
+        await self.node.stop()
+        log.info("device plugin stopped")
 
     def describe(self, device_ids: Sequence[str]) -> list[Isolation]:
         """What the devices give (`sharing.isolation`), under the config being served."""

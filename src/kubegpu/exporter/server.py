@@ -273,6 +273,7 @@ class Exporter:
         if not self._running:
             return
         self._running = False
+        self.xids.request_stop()  # first: done even if this stop is cancelled part-way
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
