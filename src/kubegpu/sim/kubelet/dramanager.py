@@ -39,7 +39,12 @@ from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubegpu.base.tasks import cancel_all, start_kept
-from kubegpu.catalog.nvidia import CDI_SPEC_DIRS, NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_VOID
+from kubegpu.catalog.nvidia import (
+    CDI_SPEC_DIR,
+    CDI_STATIC_SPEC_DIR,
+    NVIDIA_VISIBLE_DEVICES,
+    VISIBLE_DEVICES_VOID,
+)
 from kubegpu.kube.kubelet import (
     DRA_PLUGIN_TYPE,
     DRA_PREPARE_TIMEOUT_S,
@@ -60,8 +65,9 @@ log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 
-#: Where the container runtime looks for CDI specs, relative to the node's root.
-CDI_DIRS = tuple(d.strip("/") for d in CDI_SPEC_DIRS)
+#: Where the container runtime looks for CDI specs (static, then dynamic: a later one
+#: wins), relative to the node's root.
+CDI_DIRS = tuple(d.strip("/") for d in (CDI_STATIC_SPEC_DIR, CDI_SPEC_DIR))
 FAILED_PREPARE = "FailedPrepareDynamicResources"  # the kubelet's event reason
 WIPE_DELAY_S = 30.0  # a driver with no plugin left loses its slices after this long
 BACKOFF_START_S = 0.5

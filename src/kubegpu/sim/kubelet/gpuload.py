@@ -29,6 +29,7 @@ from typing import Any
 
 from kubegpu.catalog import nvidia
 from kubegpu.nvml.sim.controls import SimWorkload
+from kubegpu.sharing.replicas import physical_id
 from kubegpu.sim.kubelet.devicemanager import ContainerAllocation
 from kubegpu.sim.kubelet.qos import qos_class
 
@@ -38,7 +39,6 @@ ENV_MEMORY = "KUBEGPU_SIM_GPU_MEMORY_MIB"
 ENV_SM = "KUBEGPU_SIM_GPU_SM_PERCENT"
 PID_BASE = 1 << 23  # above pid_max's ceiling (2**22): never a real process on the host
 PID_SPAN = 1 << 20
-REPLICA_SEPARATOR = "::"
 Json = dict[str, Any]
 
 
@@ -111,7 +111,7 @@ def container_loads(
             continue
         devices = tuple(
             dict.fromkeys(
-                d.partition(REPLICA_SEPARATOR)[0]
+                physical_id(d)
                 for ids in allocation.devices.values()
                 for d in ids
                 if d.startswith(("GPU-", "MIG-"))
