@@ -59,12 +59,10 @@ def parse_spec(text: str) -> NodeSpec:
             model = get_model(name)
         except UnknownModelError as exc:
             raise SpecError(f"sim node spec {text!r}: {exc}") from None
-        try:
-            n = int(count) if count else 1
-        except ValueError:
-            raise SpecError(
-                f"sim node spec {text!r}: count {count!r} for {name} is not a number"
-            ) from None
+        # Digits only: int() would also take `+8`, ` 8` and `1_6`.
+        if count and not (count.isascii() and count.isdigit()):
+            raise SpecError(f"sim node spec {text!r}: count {count!r} for {name} is not a number")
+        n = int(count) if count else 1
         if not 1 <= n <= 16:
             raise SpecError(f"sim node spec {text!r}: count {n} for {name} must be 1..16")
         gpus.append((model, n))
@@ -95,4 +93,9 @@ def parse_spec(text: str) -> NodeSpec:
     mig = opts.get("mig", "off")
     if mig not in {"on", "off"}:
         raise SpecError(f"sim node spec {text!r}: mig={mig!r} (use on or off)")
+    if mig == "on" and not any(m.mig_capable for m, _ in gpus):
+        # It would be silently off: the node would run, just never with MIG.
+        raise SpecError(
+            f"sim node spec {text!r}: mig=on, but no GPU of {parts[0]!r} is MIG-capable"
+        )
     return NodeSpec(tuple(gpus), driver, cuda, display, mig == "on", opts.get("seed"))
