@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 from kubegpu.base import loader
 from kubegpu.catalog import nvidia
+from kubegpu.kube.policy import ClusterPolicySpec, GPUClusterSpec
 
 SNAPSHOT_VERSION: Literal[1] = 1
 SNAPSHOT_LIMITS = loader.Limits(
@@ -262,7 +263,39 @@ class Snapshot(_Model):
         """The snapshot in `text`, or SnapshotError naming source, field and value."""
         data = parse_json(text, source)
         loader.require_mapping(data, source, SnapshotError, "a snapshot object")
-        return loader.validate(cls, data, source, SnapshotError, where=loader.named_items)
+        snapshot = loader.validate(cls, data, source, SnapshotError, where=loader.named_items)
+        check_specs(snapshot, data, source)
+        return snapshot
+
+
+_SPECS: Mapping[str, tuple[str, type[BaseModel]]] = {
+    "cluster_policies": ("ClusterPolicy", ClusterPolicySpec),
+    "gpu_clusters": ("GPUCluster", GPUClusterSpec),
+}
+
+
+def check_specs(snapshot: Snapshot, data: Any, source: str) -> None:
+    """Each custom resource's spec typed as its CRD types it (the API server stored it so):
+    a hand-edited `devicePlugin.config.default: [..]` or `migManager: "x"` is the file's
+    error here, not a traceback in a check that reads it. Unknown fields are kept, as a
+    newer CRD may have them."""
+    for key, (kind, model) in _SPECS.items():
+        for i, obj in enumerate(getattr(snapshot, key)):
+            if obj.kind != kind:
+                raise SnapshotError(
+                    f"{source}: {loader.named_items((key, i, 'kind'), data)}, value "
+                    f"{loader.excerpt(obj.kind)}: expected {kind!r}"
+                )
+            loader.validate(
+                model, obj.spec, source, SnapshotError, _in_spec(key, i, data), strict=True
+            )
+
+
+def _in_spec(key: str, index: int, data: Any) -> loader.Where:
+    def where(loc: tuple[int | str, ...], _: Any) -> str:
+        return loader.named_items((key, index, "spec", *loc), data)
+
+    return where
 
 
 def parse_json(text: str, source: str) -> Any:
