@@ -92,6 +92,9 @@ class OneConfigMap:
     async def secret_files(self, source: dict[str, Any]) -> dict[str, bytes]:
         return {"present": b"yes"}
 
+    def mounted(self, volume: dict[str, Any]) -> set[Any]:
+        return set()
+
 
 @pytest.mark.parametrize(
     ("ref", "message"),
@@ -118,3 +121,27 @@ async def test_an_env_key_the_object_lacks_is_create_container_config_error(
     with pytest.raises(ValueError, match=r"^couldn.t find key absent in ") as err:
         await container_env(container, {}, OneConfigMap(), str, None)  # type: ignore[arg-type]
     assert str(err.value) == message
+
+
+async def test_a_config_error_keeps_its_reason_while_it_is_retried(tmp_path: Path) -> None:
+    # a kubelet retries a container it could not create without counting a restart, and
+    # its status keeps saying why (not CrashLoopBackOff: nothing crashed)
+    client = RecordingClient()
+    ref = {"configMapKeyRef": {"name": "cm", "key": "absent"}}
+    manifest = pod(
+        {"image": "ghcr.io/kubegpu/kubegpu:0.1.0", "env": [{"name": "X", "valueFrom": ref}]}
+    )
+    runner = PodRunner(node_context(tmp_path, client), manifest, lambda r: asyncio.sleep(0))
+    runner._objects = OneConfigMap()  # type: ignore[assignment]
+    await runner.start()
+    try:
+        await asyncio.sleep(2.5)  # past the first back-off (1 s) and into the second
+        reasons = {
+            s["containerStatuses"][0]["state"].get("waiting", {}).get("reason")
+            for s in client.statuses
+        }
+        assert "CreateContainerConfigError" in reasons
+        assert "CrashLoopBackOff" not in reasons
+        assert all(s["containerStatuses"][0]["restartCount"] == 0 for s in client.statuses)
+    finally:
+        await runner.stop(0)

@@ -405,6 +405,9 @@ class PodRunner:
 
     async def _backoff(self, c: ContainerState) -> None:
         delay = min(BACKOFF_START_S * 2 ** min(c.restart_count, 10), BACKOFF_MAX_S)
+        if "waiting" in c.state:  # never created (CreateContainerConfigError): a kubelet
+            await asyncio.sleep(delay)  # retries, keeps the reason and counts no restart
+            return
         c.last_state = {"terminated": c.state.get("terminated", {})}
         c.state = {
             "waiting": {
