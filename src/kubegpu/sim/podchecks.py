@@ -89,19 +89,24 @@ def non_root_refusal(pod: Json, container: Json) -> Refusal | None:
     """`runAsNonRoot: true` with `runAsUser: 0` (the container's settings over the pod's):
     the kubelet refuses to create the container. An image's own user is not simulated, so
     a container that names no user is let run."""
-    pod_ctx = (pod.get("spec") or {}).get("securityContext") or {}
-    ctx = container.get("securityContext") or {}
+    pod_ctx = _mapping(_mapping(pod.get("spec")).get("securityContext"))
+    ctx = _mapping(container.get("securityContext"))
     non_root = ctx.get("runAsNonRoot", pod_ctx.get("runAsNonRoot"))
     user = ctx.get("runAsUser", pod_ctx.get("runAsUser"))
     if non_root is not True or user != 0:
         return None
-    meta = pod.get("metadata") or {}
+    meta = _mapping(pod.get("metadata"))
     who = f"{meta.get('name', '')}_{meta.get('namespace', 'default')}({meta.get('uid', '')})"
     return Refusal(
         CREATE_CONTAINER_CONFIG_ERROR,
         f"container's runAsUser breaks non-root policy (pod: {who!r}, container: "
         f"{container.get('name', '')})",
     )
+
+
+def _mapping(value: Any) -> Json:
+    """The API server hands the kubelet objects of its schema; anything else reads as empty."""
+    return value if isinstance(value, dict) else {}
 
 
 def container_refusal(pod: Json, container: Json) -> Refusal | None:
