@@ -535,3 +535,11 @@ def test_types_are_strict_and_keys_unique(text: str, message: str) -> None:
     with pytest.raises(SharingConfigError) as err:
         parse_config(text, "dp.yaml")
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("value", ['"0"', "false", "0.0"])
+def test_imex_channel_ids_are_integers_not_coerced(value: str) -> None:
+    # "0", false and 0.0 were read as channel 0, as were counts before they were strict
+    with pytest.raises(SharingConfigError, match=r"^dp.yaml: field imex.channelIDs.0, value "):
+        parse_config(f"imex: {{channelIDs: [{value}]}}", "dp.yaml")
+    assert parse_config("imex: {channelIDs: [0]}", "dp.yaml").imex.channel_ids == (0,)

@@ -259,6 +259,15 @@ def cm(name: str, **data: str) -> ConfigMapChange:
             "node n1: label nvidia.com/mig.config, value 'all-1g.10gb': ConfigMap mig-layouts "
             "has no such config (it has all-disabled)",
         ),
+        # a planner directory's labels are read from its plan.json, not the command line
+        (
+            Change(labels={"n1": {"bad key!": "x"}}),
+            "node n1: label key 'bad key!': ",
+        ),
+        (
+            Change(labels={"n1": {"team": "not a value"}}),
+            "node n1: label team, value 'not a value': ",
+        ),
         # the patched policy names another ConfigMap: its keys are what the label must name
         (
             Change(

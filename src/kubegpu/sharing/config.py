@@ -320,7 +320,7 @@ class Sharing(_Strict):
 
 
 class Imex(_Strict):
-    channel_ids: tuple[int, ...] = Field((), alias="channelIDs")
+    channel_ids: tuple[StrictInt, ...] = Field((), alias="channelIDs")
     required: StrictBool = False
 
     @field_validator("channel_ids")

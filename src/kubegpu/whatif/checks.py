@@ -13,6 +13,7 @@ from typing import Any
 
 from kubegpu.base import loader
 from kubegpu.catalog import nvidia
+from kubegpu.kube.label_syntax import key_problem, value_problem
 from kubegpu.kube.policy import parse_policy_spec
 from kubegpu.mig.config import ConfigError
 from kubegpu.mig.config import parse_config as parse_mig_config
@@ -55,8 +56,13 @@ def check_change(
         data[cm.name] = cm.data
     for node, labels in sorted(change.labels.items()):
         for key, value in labels.items():
+            # a planner directory's labels come from a file: judged as the API server would
+            if (why := key_problem(key)) is not None:
+                raise ChangeError(f"node {node}: label key {loader.excerpt(key)}: {why}")
             if value is None:
                 continue
+            if (why := value_problem(value)) is not None:
+                raise ChangeError(f"node {node}: label {key}, value {loader.excerpt(value)}: {why}")
             if key == nvidia.DEVICE_PLUGIN_CONFIG and plugin_cm in data:
                 _check_named(node, key, value, sorted(data[plugin_cm]), plugin_cm)
             elif key == nvidia.MIG_CONFIG and mig_cm in data:
