@@ -299,3 +299,12 @@ def test_a_change_that_the_cluster_would_take_passes_the_checks() -> None:
     # a ConfigMap the snapshot does not hold is not guessed at; a removed label is fine
     check_change(Change(labels={"n1": {nvidia.MIG_CONFIG: None}}), None, {})
     check_change(Change(labels={"n1": {nvidia.DEVICE_PLUGIN_CONFIG: "x"}}), None, {})
+
+
+def test_a_label_naming_no_config_lists_a_dozen_configs_at_most() -> None:
+    maps = {"dp-configs": {f"c{i:02d}": "version: v1\n" for i in range(40)}}
+    with pytest.raises(ChangeError) as err:
+        check_change(Change(labels={"n1": {nvidia.DEVICE_PLUGIN_CONFIG: "x"}}), POLICY, maps)
+    assert str(err.value).endswith(
+        "(it has c00, c01, c02, c03, c04, c05, c06, c07, c08, c09, c10, c11 and 28 more)"
+    )

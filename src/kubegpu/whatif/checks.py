@@ -28,6 +28,7 @@ from kubegpu.whatif.change import (
 )
 
 MIG_CONFIG_KEY = "config.yaml"  # the key of a mig-parted ConfigMap
+SHOWN_NAMES = 12  # configs named in an error; an error stays short (docs/limits.md)
 
 
 def check_change(
@@ -107,7 +108,9 @@ def _check_mig_configs(cm: ConfigMapChange) -> None:
 
 def _check_named(node: str, key: str, value: str, names: list[str], cm: str) -> None:
     if value not in names:
+        shown = ", ".join(names[:SHOWN_NAMES]) or "none"
+        more = f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else ""
         raise ChangeError(
             f"node {node}: label {key}, value {loader.excerpt(value)}: ConfigMap {cm} has no "
-            f"such config (it has {', '.join(names) or 'none'})"
+            f"such config (it has {shown}{more})"
         )
