@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from lightkube import AsyncClient
+from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
@@ -97,6 +97,19 @@ async def capture(
         resource_claims=sorted_by_name(claims),
         events=tuple(events),
     )
+
+
+async def capture_config(config: KubeConfig, namespace: str | None = None) -> Snapshot:
+    """The cluster of a kubeconfig (its current context) as a Snapshot: what `kubegpu
+    doctor`, `why` and `plan --kubeconfig` read."""
+    client = AsyncClient(config)
+    try:
+        context = config.current_context or ""
+        return await capture(
+            client, namespace=namespace or DEFAULT_NAMESPACE, source=f"kubeconfig {context}".strip()
+        )
+    finally:
+        await client.close()
 
 
 # --- optional APIs ----------------------------------------------------------------------------
