@@ -612,3 +612,31 @@ def test_a_missing_configmap_is_one_finding_naming_the_policy_field(demo: Snapsh
     )
     assert "spec.devicePlugin.config.name" in finding.summary
     assert L4_NODE in finding.evidence and MIG_NODE in finding.evidence
+
+
+def test_a_pending_profile_that_fits_only_after_a_repacking_is_a_warning(demo: Snapshot) -> None:
+    """One 3g at 0 (where the MIG manager puts it) leaves no start for a 4g, which needs
+    0; the GPU holds both once the 3g moves to 4."""
+    one_3g = (
+        "version: v1\nmig-configs:\n  one-3g:\n  - devices: all\n    mig-enabled: true\n"
+        "    mig-devices:\n      3g.71gb: 1\n"
+    )
+    cms = tuple(
+        c.model_copy(update={"data": {"config.yaml": one_3g}})
+        if c.name == f"{MIG_NODE}-mig-config"
+        else c
+        for c in demo.config_maps
+    )
+    snap = relabel_keys(
+        demo.model_copy(update={"config_maps": cms}), MIG_NODE, {nvidia.MIG_CONFIG: "one-3g"}
+    )
+    waiting = PodInfo(
+        namespace="team", name="big", phase="Pending", limits={"nvidia.com/mig-4g.71gb": "1"}
+    )
+    (finding,) = run_checks(snap.model_copy(update={"pods": (*snap.pods, waiting)}))
+    assert (finding.check, finding.severity) == ("mig-fragmented", Severity.WARNING)
+    assert "4g.71gb" in finding.summary and "team/big" in finding.evidence
+    assert f"{MIG_NODE} GPU 0 (4 slices free; instances 3g.71gb@0:4)" in finding.evidence
+    # a profile there is room for now is no fragmentation
+    small = waiting.model_copy(update={"limits": {"nvidia.com/mig-1g.18gb": "1"}})
+    assert run_checks(snap.model_copy(update={"pods": (*snap.pods, small)})) == []

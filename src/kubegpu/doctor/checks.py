@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 from kubegpu.catalog import nvidia
 from kubegpu.catalog.models import driver_at_least
-from kubegpu.catalog.placement import mig_driver_problem
+from kubegpu.catalog.placement import PlacedInstance, mig_driver_problem
 from kubegpu.doctor.facts import (
     MIG_PARTED_KEY,
     driver,
@@ -31,6 +31,7 @@ from kubegpu.doctor.facts import (
 from kubegpu.doctor.findings import Finding, Severity
 from kubegpu.doctor.snapshot import NodeInfo, PodInfo, Snapshot
 from kubegpu.mig.config import ConfigError
+from kubegpu.mig.headroom import fits_after_repack, free_slices, more_instances
 from kubegpu.mig.targets import NodeGpu, plan_coverage, plan_node
 from kubegpu.sharing.isolation import STRENGTH, AnnotationError, Method, parse_annotation
 
@@ -222,6 +223,88 @@ def mig_layout_unplaceable(snapshot: Snapshot) -> Iterator[Finding]:
                 f"{model.id}{f':{count}' if count else ''}` and label the node with a layout "
                 "that fits",
             )
+
+
+def _layout_of(snapshot: Snapshot, node: NodeInfo) -> list[tuple[int, list[PlacedInstance]]]:
+    """The MIG instances on each GPU of a node whose layout is applied (`mig.config` with
+    state success), as the MIG manager places them; [] when that cannot be known."""
+    wanted = wanted_mig_config(node)
+    model = gpu_model(node)
+    if wanted is None or model is None or model.mig is None:
+        return []
+    if node.labels.get(nvidia.MIG_CONFIG_STATE) != nvidia.MIG_STATE_SUCCESS:
+        return []
+    cm_name = mig_parted_configmap(snapshot, node)
+    cm = snapshot.config_map(cm_name)
+    if cm is None or MIG_PARTED_KEY not in cm.data:
+        return []
+    parsed, _ = mig_parted_config(cm.data[MIG_PARTED_KEY], f"configmap {cm_name}")
+    if parsed is None or wanted not in parsed.mig_configs:
+        return []
+    entries = parsed.mig_configs[wanted]
+    named = [i for e in entries if e.devices != "all" for i in e.devices]
+    count = _whole_gpus(node) or (max(named) + 1 if named else 1)
+    gpus = [NodeGpu(i, model.pci_device_id, model) for i in range(count)]
+    try:
+        plan = plan_coverage(wanted, entries, gpus, driver(node))
+    except ConfigError:
+        return []  # mig-layout-unplaceable says why
+    return [
+        (t.index, [PlacedInstance(d.start, d.gi_profile) for d in t.devices])
+        for t in plan.targets
+        if t.mig_enabled
+    ]
+
+
+def mig_fragmented(snapshot: Snapshot) -> Iterator[Finding]:
+    """Pending pods ask for a MIG profile no GPU has room for where its instances are, while
+    some GPU would hold it after a repacking (its instances destroyed and recreated
+    elsewhere, which needs the GPU drained): the fix is a new layout, not more GPUs."""
+    asked: dict[str, list[str]] = {}
+    for pod in snapshot.workload_pods:
+        if pod.phase != "Pending" or pod.node:
+            continue
+        for resource in pod.gpu_resources:
+            if resource.startswith(nvidia.MIG_RESOURCE_PREFIX):
+                asked.setdefault(resource.removeprefix(nvidia.MIG_RESOURCE_PREFIX), []).append(
+                    pod.key
+                )
+    if not asked:
+        return
+    layouts = [(node, _layout_of(snapshot, node)) for node in _gpu_nodes(snapshot)]
+    for profile, pods in sorted(asked.items()):
+        room, repack = [], []
+        for node, gpus in layouts:
+            model = gpu_model(node)
+            if (
+                model is None
+                or model.mig is None
+                or profile not in {p.name for p in model.mig.gpu_instance_profiles}
+            ):
+                continue
+            for index, placed in gpus:
+                if more_instances(model, placed, driver(node)).get(profile, 0) > 0:
+                    room.append(f"{node.name} GPU {index}")
+                elif fits_after_repack(model, placed, profile, driver(node)):
+                    free = free_slices(model, placed)
+                    shown = ", ".join(str(pi) for pi in placed) or "none"
+                    repack.append(
+                        f"{node.name} GPU {index} ({free} slices free; instances {shown})"
+                    )
+        if room or not repack:
+            continue
+        yield Finding(
+            check="mig-fragmented",
+            severity=WARNING,
+            object="cluster",
+            summary=f"{len(pods)} Pending pod(s) ask for {profile}, which no GPU has room for "
+            "where its instances are; a repacking would make room",
+            evidence=f"pods {', '.join(sorted(pods)[:5])}; room after a repacking on: "
+            + "; ".join(repack[:5]),
+            fix=f"label one of those nodes {nvidia.MIG_CONFIG} with a layout that includes "
+            f"{profile} (the MIG manager recreates the GPU's instances: drain it first); "
+            "`kubegpu mig layouts` lists the layouts",
+        )
 
 
 def _whole_gpus(node: NodeInfo) -> int | None:
@@ -702,6 +785,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("dra-and-device-plugin", dra_and_device_plugin),
     ("mig-config-state", mig_config_state),
     ("mig-layout-unplaceable", mig_layout_unplaceable),
+    ("mig-fragmented", mig_fragmented),
     ("display-mode-graphics", display_mode_graphics),
     ("driver-minimum", driver_minimum),
     ("nfd-labels-missing", nfd_labels),
