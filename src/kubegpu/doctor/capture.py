@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import httpx2
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
@@ -115,8 +116,13 @@ async def capture_config(config: KubeConfig, namespace: str | None = None) -> Sn
 # --- optional APIs ----------------------------------------------------------------------------
 
 
-def _absent(exc: ApiError) -> bool:
-    return exc.status.code in (404, 405)
+def _absent(exc: ApiError | httpx2.HTTPStatusError) -> bool:
+    """The API (a CRD, resource.k8s.io) is not served. lightkube raises ApiError for a
+    404 with a Status body, and httpx's own error when the answer has none (an API group
+    the server does not know at all)."""
+    if isinstance(exc, ApiError):
+        return exc.status.code in (404, 405)
+    return exc.response.status_code in (404, 405)
 
 
 async def _optional(client: AsyncClient, resource: Any, kind: str) -> list[CustomObject]:
@@ -131,7 +137,7 @@ async def _optional(client: AsyncClient, resource: Any, kind: str) -> list[Custo
             )
             async for obj in client.list(resource)
         ]
-    except ApiError as exc:
+    except (ApiError, httpx2.HTTPStatusError) as exc:
         if _absent(exc):
             return []
         raise
@@ -140,7 +146,7 @@ async def _optional(client: AsyncClient, resource: Any, kind: str) -> list[Custo
 async def _slices(client: AsyncClient) -> list[ResourceSliceInfo]:
     try:
         return [_slice(s) async for s in client.list(ResourceSlice)]
-    except ApiError as exc:
+    except (ApiError, httpx2.HTTPStatusError) as exc:
         if _absent(exc):
             return []
         raise
@@ -149,7 +155,7 @@ async def _slices(client: AsyncClient) -> list[ResourceSliceInfo]:
 async def _claims(client: AsyncClient) -> list[ResourceClaimInfo]:
     try:
         return [_claim(c) async for c in client.list(ResourceClaim, namespace="*")]
-    except ApiError as exc:
+    except (ApiError, httpx2.HTTPStatusError) as exc:
         if _absent(exc):
             return []
         raise
@@ -376,7 +382,8 @@ def _slice(s: ResourceSlice) -> ResourceSliceInfo:
         attrs: dict[str, str] = {}
         for key, attr in (d.attributes or {}).items():
             for field in ("string", "int", "bool", "version"):
-                value = getattr(attr, field, None)
+                # lightkube leaves a map of attributes as plain dicts
+                value = attr.get(field) if isinstance(attr, dict) else getattr(attr, field, None)
                 if value is not None:
                     attrs[key] = str(value).lower() if field == "bool" else str(value)
                     break
