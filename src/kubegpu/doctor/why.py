@@ -519,7 +519,7 @@ def _placement(snapshot: Snapshot, ask: _Ask) -> Iterator[Verdict]:
                 "pod asks for in one place",
                 [_asks(ask), per_node, _scheduler_line(ask.pod)],
                 "move (or finish) the pods holding the rest on one node, or split the pod's "
-                "request; `kubegpu plan --from-snapshot` finds the fewest moves",
+                "request across pods",
             )
         else:
             yield _v(
@@ -530,7 +530,7 @@ def _placement(snapshot: Snapshot, ask: _Ask) -> Iterator[Verdict]:
                  f"held by {', '.join(holders[:10])}" + (" ..." if len(holders) > 10 else "")
                  if holders else "", _scheduler_line(ask.pod)],
                 "wait for pods to finish, add GPUs, or repartition nodes with idle GPUs "
-                "(`kubegpu plan --from-snapshot`)",
+                "(`kubegpu plan` with the fleet's current state, docs/planner.md)",
             )  # fmt: skip
         return
 
