@@ -105,6 +105,9 @@ class DaemonSetInfo(_Model):
     # the first container's image and args: which component this DaemonSet runs
     image: str = ""
     args: tuple[str, ...] = ()
+    # the first container's environment (literal values only): the overrides a component
+    # applies over its config file (MPS_ROOT, MIG_STRATEGY... from the operator)
+    env: dict[str, str] = Field(default_factory=dict)
     desired: StrictInt = 0
     ready: StrictInt = 0
     available: StrictInt = 0
@@ -128,6 +131,22 @@ class ContainerInfo(_Model):
     last_message: str = ""  # the container's termination message
 
 
+class Toleration(_Model):
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""  # "": every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
 class PodInfo(_Model):
     """An operand pod or a workload pod that asks for GPUs (extended resources or claims)."""
 
@@ -135,6 +154,15 @@ class PodInfo(_Model):
     name: str
     node: str = ""
     phase: str = ""
+    reason: str = ""  # of the pod's status, e.g. UnexpectedAdmissionError
+    message: str = ""
+    # why the scheduler has not placed it: the PodScheduled=False condition's reason, message
+    unscheduled_reason: str = ""
+    unscheduled_message: str = ""
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    # the ResourceClaim objects behind `claims` (namespace-local names), where known
+    claim_objects: tuple[str, ...] = ()
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     owner_kind: str = ""
@@ -183,6 +211,22 @@ class EventInfo(_Model):
     time: str = ""  # RFC 3339, the last time it was seen
 
 
+class ClaimRequestInfo(_Model):
+    """One request of a ResourceClaim: its device class, CEL selectors and count."""
+
+    name: str
+    device_class: str = ""
+    selectors: tuple[str, ...] = ()
+    count: StrictInt = 1
+
+
+class ResourceClaimInfo(_Model):
+    namespace: str
+    name: str
+    requests: tuple[ClaimRequestInfo, ...] = ()
+    allocated: StrictBool = False
+
+
 class Snapshot(_Model):
     """A cluster as the doctor sees it. Tuples are sorted by name for stable output."""
 
@@ -197,6 +241,7 @@ class Snapshot(_Model):
     daemon_sets: tuple[DaemonSetInfo, ...] = ()
     pods: tuple[PodInfo, ...] = ()
     resource_slices: tuple[ResourceSliceInfo, ...] = ()
+    resource_claims: tuple[ResourceClaimInfo, ...] = ()
     events: tuple[EventInfo, ...] = ()
 
     @field_validator("version", mode="before")
@@ -239,6 +284,11 @@ class Snapshot(_Model):
         operands = {p.key for p in self.operand_pods}
         return tuple(
             p for p in self.pods if p.key not in operands and (p.gpu_resources or p.claims)
+        )
+
+    def claim(self, namespace: str, name: str) -> ResourceClaimInfo | None:
+        return next(
+            (c for c in self.resource_claims if c.namespace == namespace and c.name == name), None
         )
 
     def pods_on(self, node: str) -> tuple[PodInfo, ...]:
