@@ -119,3 +119,32 @@ def test_cdi_requests_take_the_field_then_sorted_annotations_once() -> None:
         },
     )
     assert names == ["v.com/c=a", "v.com/c=c", "v.com/c=b"]
+
+
+def test_driver_capabilities_choose_the_driver_files() -> None:
+    default = nvidia("0")
+    assert default.has_program("nvidia-smi") and default.has_program("vectorAdd")
+    compute = inject(
+        nvidia_handler=True,
+        env={"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "compute"},
+        cdi_names=[],
+        cdi_specs=[],
+        gpus=GPUS,
+    )
+    assert compute.devices == ("GPU-aaaa",)
+    assert not compute.has_program("nvidia-smi") and compute.has_program("vectorAdd")
+    assert not nvidia("void").has_program("nvidia-smi")
+
+
+def test_an_unknown_capability_is_the_runtimes_refusal() -> None:
+    got = inject(
+        nvidia_handler=True,
+        env={"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,warp"},
+        cdi_names=[],
+        cdi_specs=[],
+        gpus=GPUS,
+    )
+    assert got.error == (
+        "unsupported capabilities found in 'compute,warp' "
+        "(allowed 'compute,compat32,graphics,utility,video,display,ngx')"
+    )

@@ -63,7 +63,7 @@ from kubegpu.sim.kubelet.volumes import (
     write_files,
 )
 from kubegpu.sim.runtime.config import Runtime, sandbox_event_message
-from kubegpu.sim.runtime.driver import install_binaries, with_driver
+from kubegpu.sim.runtime.driver import PROGRAMS, install_binaries, with_driver
 from kubegpu.sim.runtime.injection import (
     Injection,
     NodeGpu,
@@ -641,7 +641,8 @@ class PodRunner:
                 return 1
             env[SMI_DEVICES] = ",".join(injected.devices)
             if injected.driver:
-                bin_dir = install_binaries(self.node.root, self.node.python)
+                programs = tuple(p for p in PROGRAMS if injected.has_program(p))
+                bin_dir = install_binaries(self.node.root, self.node.python, programs)
                 env["PATH"] = with_driver(env.get("PATH", ""), bin_dir)
             else:
                 env.pop(ENV_NVML, None)  # no driver injected: no NVML for the process

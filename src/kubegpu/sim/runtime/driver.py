@@ -12,11 +12,12 @@ DRIVER_BIN = "var/lib/kubegpu-sim/driver/bin"
 PROGRAMS = ("nvidia-smi", "vectorAdd", "deviceQuery")
 
 
-def install_binaries(root: Path, python: str) -> Path:
-    """Write the simulated driver binaries under the node's root; returns their directory."""
-    bin_dir = root / DRIVER_BIN
+def install_binaries(root: Path, python: str, programs: tuple[str, ...] = PROGRAMS) -> Path:
+    """Write the simulated driver binaries `programs` in a directory of their own under the
+    node's root (one per set, so a container sees only its own); returns the directory."""
+    bin_dir = root / DRIVER_BIN / ("-".join(sorted(programs)) or "none")
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for program in PROGRAMS:
+    for program in programs:
         path = bin_dir / program
         path.write_text(
             f'#!/bin/sh\nexec {shlex.quote(python)} -m kubegpu.sim.smi {program} "$@"\n'

@@ -21,6 +21,9 @@ from typing import Any
 
 Json = dict[str, Any]
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
+ALL_CAPABILITIES = ("compute", "compat32", "graphics", "utility", "video", "display", "ngx")
+DEFAULT_CAPABILITIES = frozenset({"utility", "compute"})
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 DRIVER_BINARY = "nvidia-smi"
 
@@ -47,6 +50,30 @@ class Injection:
     devices: tuple[str, ...] = ()
     driver: bool = False
     error: str | None = None
+    # the driver's capabilities it got: `utility` brings nvidia-smi, `compute` libcuda
+    capabilities: frozenset[str] = DEFAULT_CAPABILITIES
+
+    def has_program(self, program: str) -> bool:
+        """Whether a driver binary is in the container: nvidia-smi needs `utility`, a CUDA
+        program `compute`."""
+        need = "utility" if program == DRIVER_BINARY else "compute"
+        return self.driver and need in self.capabilities
+
+
+def parse_capabilities(value: str | None) -> frozenset[str] | str:
+    """`NVIDIA_DRIVER_CAPABILITIES`: unset or empty is `utility,compute`; `all` is every
+    one; an unknown value is the runtime's refusal (returned as its message)."""
+    items = {i.strip() for i in (value or "").split(",") if i.strip()}
+    if not items:
+        return DEFAULT_CAPABILITIES
+    if "all" in items:
+        return frozenset(ALL_CAPABILITIES)
+    unknown = items - set(ALL_CAPABILITIES)
+    if unknown:
+        return (
+            f"unsupported capabilities found in '{value}' (allowed '{','.join(ALL_CAPABILITIES)}')"
+        )
+    return frozenset(items)
 
 
 def parse_visible(value: str | None) -> tuple[str, list[str]]:
@@ -157,10 +184,13 @@ def inject(
     mode, ids = parse_visible(env.get(VISIBLE))
     if mode == "void":
         return Injection()
+    caps = parse_capabilities(env.get(CAPABILITIES))
+    if isinstance(caps, str):
+        return Injection(error=caps)
     if mode == "none":
-        return Injection((), True)
+        return Injection((), True, capabilities=caps)
     if mode == "all":
-        return Injection(tuple(g.uuid for g in gpus), True)
+        return Injection(tuple(g.uuid for g in gpus), True, capabilities=caps)
     found, unknown = resolve_ids(ids, gpus)
     if unknown:
         return Injection(
@@ -170,7 +200,7 @@ def inject(
                 + ", ".join(f"runtime.nvidia.com/gpu={u}" for u in unknown)
             )
         )
-    return Injection(tuple(found), True)
+    return Injection(tuple(found), True, capabilities=caps)
 
 
 def is_nvidia_binary(binary: str) -> bool:
