@@ -4,7 +4,10 @@ Pods whose image is kubegpu's own run their containers as local processes, each 
 private mount namespace with the pod's volumes (`volumes`) at their mount paths and the
 pod's environment (`podenv`). Workload containers whose command is `nvidia-smi` or a CUDA
 sample run its simulated equivalent (`smi`), which prints what the pod was allocated and
-exits. Other pods become Running without a process. Restart policy,
+exits; one whose command is a shell (`sh -c "nvidia-smi -L; sleep 3600"`) runs that shell
+for real with the simulated driver binaries on its PATH. On a strict node the runtime
+(`sim.runtime`) decides: the sandbox's handler, which GPUs and driver files a container
+gets, NVIDIA's toolkit pod. Other pods become Running without a process. Restart policy,
 backoff, container statuses and pod phase follow kubelet; what of the status the kubelet
 owns and how it is written are the status manager's rules (`status`).
 """
@@ -173,6 +176,13 @@ async def pod_event(client: AsyncClient, node: str, pod: Json, reason: str, mess
         await client.create(event)
     except (ApiError, httpx.HTTPError) as exc:
         log.warning("node %s: event %s: %s", node, reason, exc)
+
+
+def is_shell(command: list[str]) -> bool:
+    """`sh -c ...` / `bash -c ...`: a command a runtime runs as the shell it is."""
+    return (
+        len(command) >= 3 and os.path.basename(command[0]) in {"sh", "bash"} and command[1] == "-c"
+    )
 
 
 def resource_wants(container: Json, is_device: Callable[[str], bool]) -> dict[str, int]:
@@ -676,7 +686,13 @@ class PodRunner:
             if not given and visible not in (None, "", VISIBLE_DEVICES_VOID):
                 given = str(visible).split(",")  # "all", or the GPUs of the pod's claims
             env[SMI_DEVICES] = ",".join(given)
-            argv = [self.node.python, "-m", "kubegpu.sim.smi", *command]
+            own = self._workload_command(c)
+            if own is not None and is_shell(own):  # a shell runs for real, the driver on PATH
+                bin_dir = install_binaries(self.node.root, self.node.python)
+                env["PATH"] = with_driver(env.get("PATH", ""), bin_dir)
+                argv = own
+            else:
+                argv = [self.node.python, "-m", "kubegpu.sim.smi", *command]
         else:
             argv = [self.node.python, "-m", "kubegpu.sim.kubelet.podexec"]
             if self.node.bind_ip:
