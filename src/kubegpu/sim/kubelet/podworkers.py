@@ -74,6 +74,7 @@ from kubegpu.sim.runtime.injection import (
     inject,
     is_nvidia_binary,
 )
+from kubegpu.sim.runtime.shm import ContainerShm, container_shm
 from kubegpu.sim.runtime.toolkit import ContainerFs, is_toolkit_image, run_installer
 from kubegpu.sim.smi import ENV_DEVICES as SMI_DEVICES
 from kubegpu.sim.smi import workload_program
@@ -238,6 +239,7 @@ class PodRunner:
         self._changed_objects: set[ObjectKey] = set()
         self._stop_listening: Callable[[], None] = lambda: None
         self.handler: str | None = None  # the runtime handler its sandbox runs with
+        self.shm: dict[str, ContainerShm] = {}  # each container's /dev/shm (sim.runtime.shm)
 
     @property
     def container_names(self) -> tuple[str, ...]:
@@ -640,6 +642,7 @@ class PodRunner:
             await self._push_status()
             return 1
         in_process = self._in_process_argv(c) if workload is None else None
+        self.shm[c.name] = container_shm(self.dir, mounts, env)
         waiter: asyncio.Task[int] | None = None
         real: list[str] | None = None  # a strict node runs a workload's own command
         if self.node.strict:
