@@ -32,8 +32,10 @@ CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 SHELL = "nvidia-smi -L; trap 'exit 0' TERM; sleep 9999 & wait"
 
 
-@pytest.fixture
-async def node(sim_nodes: SimNodes, akube: AsyncClient) -> AsyncIterator[SimNode]:
+@contextlib.asynccontextmanager
+async def strict_node(
+    sim_nodes: SimNodes, akube: AsyncClient, runtime: RuntimeOptions
+) -> AsyncIterator[SimNode]:
     rc = RuntimeClass.from_dict(  # type: ignore[attr-defined]
         {"metadata": {"name": RUNTIME_CLASS}, "handler": "nvidia"}
     )
@@ -41,14 +43,25 @@ async def node(sim_nodes: SimNodes, akube: AsyncClient) -> AsyncIterator[SimNode
         await akube.create(rc)
     try:
         yield await sim_nodes.start(
-            NODE,
-            gpus="h100-80gb:2",
-            labels={"pool": "strict"},
-            runtime=RuntimeOptions("containerd", "2.0.5", strict=True),
+            NODE, gpus="h100-80gb:2", labels={"pool": "strict"}, runtime=runtime
         )
     finally:
         with contextlib.suppress(ApiError):
             await akube.delete(RuntimeClass, RUNTIME_CLASS)
+
+
+@pytest.fixture
+async def node(sim_nodes: SimNodes, akube: AsyncClient) -> AsyncIterator[SimNode]:
+    async with strict_node(
+        sim_nodes, akube, RuntimeOptions("containerd", "2.0.5", strict=True)
+    ) as sim:
+        yield sim
+
+
+@pytest.fixture
+async def crio_node(sim_nodes: SimNodes, akube: AsyncClient) -> AsyncIterator[SimNode]:
+    async with strict_node(sim_nodes, akube, RuntimeOptions("cri-o", "1.31.3", strict=True)) as sim:
+        yield sim
 
 
 def shell_pod(name: str, env: dict[str, str], runtime_class: str | None = RUNTIME_CLASS) -> Pod:
@@ -197,3 +210,44 @@ async def test_a_toolkit_pod_without_the_runtime_env_configures_nothing(
     out = await logged(akube, namespace, "toolkit", "error running nvidia-ctk-installer")
     assert "unable to restart docker" in out
     assert "nvidia" not in node.runtime.loaded.names
+
+
+async def test_on_cri_o_the_handler_comes_from_a_drop_in_and_a_host_root_restart(
+    crio_node: SimNode, akube: AsyncClient, namespace: str
+) -> None:
+    n = await akube.get(Node, NODE)
+    assert n.status is not None and n.status.nodeInfo is not None
+    assert n.status.nodeInfo.containerRuntimeVersion == "cri-o://1.31.3"
+    await akube.create(shell_pod("gpu", {"NVIDIA_VISIBLE_DEVICES": "all"}), namespace=namespace)
+
+    async def refused() -> str | None:
+        p = await akube.get(Pod, "gpu", namespace=namespace)
+        for status in (p.status.containerStatuses or []) if p.status else []:
+            if status.state and status.state.waiting and status.state.waiting.message:
+                return status.state.waiting.message
+        return None
+
+    message = await eventually(refused, timeout=60)
+    assert message.startswith("failed to find runtime handler nvidia from runtime list map[crun:")
+
+    pod = toolkit_pod().to_dict()
+    ctr = pod["spec"]["containers"][0]
+    ctr["env"] = [
+        {"name": "RUNTIME", "value": "crio"},
+        {"name": "RUNTIME_CONFIG", "value": "/runtime/config-dir/crio.conf"},
+        {"name": "RUNTIME_DROP_IN_CONFIG", "value": "/runtime/config-dir.d/99-nvidia.conf"},
+    ]
+    volumes = {
+        "crio-config": ("/etc/crio", "/runtime/config-dir/"),
+        "crio-drop-in-config": ("/etc/crio/crio.conf.d", "/runtime/config-dir.d/"),
+        "toolkit-install-dir": ("/usr/local/nvidia", "/usr/local/nvidia"),
+        "host-root": ("/", "/host"),
+    }
+    ctr["volumeMounts"] = [{"name": k, "mountPath": m} for k, (_, m) in volumes.items()]
+    pod["spec"]["volumes"] = [{"name": k, "hostPath": {"path": p}} for k, (p, _) in volumes.items()]
+    await akube.create(Pod.from_dict(pod), namespace=namespace)  # type: ignore[attr-defined]
+    await eventually(lambda: running(akube, namespace, "toolkit"), timeout=60)
+    assert (crio_node.root / "etc/crio/crio.conf.d/99-nvidia.conf").is_file()
+    assert crio_node.nvml is not None
+    out = await logged(akube, namespace, "gpu", "UUID:")
+    assert all(d.uuid in out for d in crio_node.nvml.devices())
