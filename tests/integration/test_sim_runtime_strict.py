@@ -199,6 +199,15 @@ async def test_the_nvidia_handler_exists_only_once_the_toolkit_configured_it(
         assert "command not found" in out and "UUID" not in out
         await eventually(lambda n=name: running(akube, namespace, n), timeout=30)  # type: ignore[misc]
 
+    # the toolkit's signal reverts the config: a new nvidia pod no longer starts
+    await akube.delete(Pod, "toolkit", namespace=namespace)
+
+    async def reverted() -> bool:
+        return "nvidia" not in node.runtime.loaded.names
+
+    await eventually(reverted, timeout=60)
+    assert not (node.root / "etc/containerd/conf.d/99-nvidia.toml").exists()
+
 
 async def test_a_toolkit_pod_without_the_runtime_env_configures_nothing(
     node: SimNode, akube: AsyncClient, namespace: str

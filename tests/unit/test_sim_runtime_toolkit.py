@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kubegpu.sim.runtime.config import Runtime, RuntimeOptions, effective_config, handlers
-from kubegpu.sim.runtime.toolkit import ContainerFs, is_toolkit_image, run_installer
+from kubegpu.sim.runtime.toolkit import ContainerFs, is_toolkit_image, run_cleanup, run_installer
 
 CONTAINERD = RuntimeOptions("containerd", "2.0.5", strict=True)
 CRIO = RuntimeOptions("cri-o", "1.31.3", strict=True)
@@ -123,3 +123,36 @@ def test_crio_without_the_host_root_cannot_restart(tmp_path: Path) -> None:
     assert result.error is not None
     assert "unable to restart crio" in result.error
     assert "nvidia" not in rt.loaded.names
+
+
+def test_on_its_signal_the_installer_takes_the_containerd_handlers_away(tmp_path: Path) -> None:
+    rt = Runtime(tmp_path, CONTAINERD)
+    rt.start()
+    env, fs = containerd_pod(tmp_path)
+    assert run_installer(env, fs, rt).error is None
+    undone = run_cleanup(env, fs, rt)
+    assert undone.error is None and undone.restarted
+    assert rt.loaded.names == ("runc",)
+    assert rt.loaded.default == "runc"
+    assert not (tmp_path / "etc/containerd/conf.d/99-nvidia.toml").exists()
+
+
+def test_on_its_signal_crio_keeps_the_handlers_and_loses_the_default(tmp_path: Path) -> None:
+    rt = Runtime(tmp_path, CRIO)
+    rt.start()
+    env = {
+        "RUNTIME": "crio",
+        "RUNTIME_CONFIG": "/runtime/config-dir/crio.conf",
+        "RUNTIME_DROP_IN_CONFIG": "/runtime/config-dir.d/99-nvidia.conf",
+    }
+    mounts = [
+        (str(tmp_path / "etc/crio"), "/runtime/config-dir/", False),
+        (str(tmp_path / "etc/crio/crio.conf.d"), "/runtime/config-dir.d/", False),
+        (str(tmp_path), "/host", False),
+    ]
+    fs = ContainerFs(mounts, tmp_path / "rootfs")
+    assert run_installer(env, fs, rt).error is None
+    assert rt.loaded.default == "nvidia"
+    assert run_cleanup(env, fs, rt).error is None
+    assert "nvidia" in rt.loaded.names
+    assert rt.loaded.default == "crun"

@@ -75,7 +75,12 @@ from kubegpu.sim.runtime.injection import (
     is_nvidia_binary,
 )
 from kubegpu.sim.runtime.shm import ContainerShm, container_shm
-from kubegpu.sim.runtime.toolkit import ContainerFs, is_toolkit_image, run_installer
+from kubegpu.sim.runtime.toolkit import (
+    ContainerFs,
+    is_toolkit_image,
+    run_cleanup,
+    run_installer,
+)
 from kubegpu.sim.smi import ENV_DEVICES as SMI_DEVICES
 from kubegpu.sim.smi import workload_program
 
@@ -544,7 +549,12 @@ class PodRunner:
             c.ready = not c.init
             await self._push_status()
             if not c.init:
-                await asyncio.Event().wait()  # waits for its signal until the pod stops
+                try:
+                    await asyncio.Event().wait()  # waits for its signal until the pod stops
+                finally:  # its signal: it reverts the runtime's config
+                    undone = run_cleanup(env, fs, self.node.runtime)
+                    with log_path.open("a") as out:
+                        out.writelines(line + "\n" for line in undone.log)
         code = result.exit_code
         c.ready = False
         c.state = {

@@ -335,3 +335,47 @@ def run_installer(env: Mapping[str, str], fs: ContainerFs, runtime: Runtime) -> 
         result.error = ERROR_PREFIX + str(exc)
         result.log.append(result.error)
     return result
+
+
+def _without_handlers(config: Json, key: str, names: Sequence[str]) -> Json:
+    out = copy.deepcopy(config)
+    runtimes = (((out.get("plugins") or {}).get(key) or {}).get("containerd") or {}).get("runtimes")
+    if isinstance(runtimes, dict):
+        for name in names:
+            runtimes.pop(name, None)
+    return out
+
+
+def run_cleanup(env: Mapping[str, str], fs: ContainerFs, runtime: Runtime) -> InstallResult:
+    """What the installer does on its signal: containerd loses the three handlers (from
+    both files; the drop-in is deleted), CRI-O only its default runtime (the handlers stay,
+    as NVIDIA's installer leaves them); then the runtime restarts."""
+    result = InstallResult()
+    try:
+        s = settings(env)
+        if s.no_config or s.runtime == "docker":
+            return result
+        names = list(handler_paths(s))
+        if s.runtime == "containerd":
+            top_path = fs.resolve(s.config)
+            top = read_toml(top_path)
+            if top:
+                key = CRI_PLUGIN.get(containerd_version(top), CRI_PLUGIN[3])
+                top = _without_handlers(top, key, names)
+                if set(top) <= {"imports", "version"}:
+                    top = {}
+                write_toml(top_path, top)
+            if s.drop_in:
+                fs.resolve(s.drop_in).unlink(missing_ok=True)
+        elif s.crio_mode == "config" and s.set_as_default:
+            path = fs.resolve(s.drop_in)
+            drop_in = read_toml(path)
+            section = (drop_in.get("crio") or {}).get("runtime") or {}
+            if section.pop("default_runtime", None) is not None:
+                write_toml(path, drop_in)
+        result.log.append("Reverting runtime configuration")
+        restart(fs, s, runtime, result)
+    except (ValueError, OSError) as exc:
+        result.error = ERROR_PREFIX + str(exc)
+        result.log.append(result.error)
+    return result
