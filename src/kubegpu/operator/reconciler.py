@@ -148,6 +148,7 @@ class Reconciler:
         self._ignored_said: tuple[str, ...] = ()
         self.reconciles = 0
         self.last_outcome: st.Outcome | None = None
+        self.last_applied: tuple[Obj, ...] = ()  # the objects the last pass wrote
 
     async def reconcile_once(self) -> st.Outcome | None:
         """One pass; the active resource's outcome (None when there is none)."""
@@ -172,7 +173,7 @@ class Reconciler:
         if isinstance(plan_or_refusal, st.Outcome):
             outcome = plan_or_refusal
         else:
-            outcome = await self._carry_out(plan_or_refusal)
+            outcome = await self.carry_out(plan_or_refusal)
         if outcome.ok and choice.conflicting:
             names = [c.split(" ", 1)[1] for c in choice.conflicting]
             outcome = (
@@ -265,9 +266,12 @@ class Reconciler:
             log.warning("%s %s: %s (accepted and ignored)", kind, name, what)
 
     # -- validate, then write ----------------------------------------------------------------------
-    async def _carry_out(self, plan: Plan) -> st.Outcome:
+    async def carry_out(self, plan: Plan) -> st.Outcome:
+        """Validate the plan's writes, then (only if all pass) label, write and prune; the
+        outcome. `last_applied` is what was written: all of `plan.writes`, or nothing."""
         rendered = plan.rendered
         errors: list[str] = []
+        self.last_applied = ()
         if not rendered.problems:
             errors = await self._validate(plan.writes)
             if not errors:
@@ -327,6 +331,7 @@ class Reconciler:
 
     async def _apply(self, plan: Plan) -> list[str]:
         errors: list[str] = []
+        self.last_applied = plan.writes
         for obj in plan.writes:
             meta = obj["metadata"]
             try:
