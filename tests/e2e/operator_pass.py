@@ -4,10 +4,16 @@ live objects of the operator's namespace read back to judge what a pass changed.
 
 from __future__ import annotations
 
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.models.meta_v1 import ObjectMeta
 
+from kubegpu.kube.policy import ClusterPolicyResource
 from kubegpu.operator.api import OWNED, Api
 from kubegpu.operator.reconciler import Caches, OperatorConfig, Reconciler, Snapshot
 from kubegpu.operator.render import MANAGED_BY, MANAGED_BY_LABEL
@@ -24,13 +30,24 @@ GPU_NODE: Obj = {
 }
 
 
-def policy_object(name: str, spec: Obj, generation: int = 1) -> Obj:
-    return {
-        "apiVersion": "nvidia.com/v1",
-        "kind": "ClusterPolicy",
-        "metadata": {"name": name, "uid": f"uid-{name}", "generation": generation},
-        "spec": spec,
-    }
+@contextlib.asynccontextmanager
+async def stored_policy(client: AsyncClient, spec: Obj) -> AsyncIterator[Obj]:
+    """A ClusterPolicy that exists in the API server, as a pass reads it: the objects a
+    pass renders are owned by its uid (the garbage collector deletes objects whose owner
+    does not exist). Deleted on exit, with everything it owns."""
+    name = f"p-{uuid.uuid4().hex[:8]}"
+    created = await client.create(ClusterPolicyResource(metadata=ObjectMeta(name=name), spec=spec))
+    try:
+        yield dict(created)
+    finally:
+        with contextlib.suppress(ApiError):
+            await client.delete(ClusterPolicyResource, name)
+
+
+def changed(policy: Obj, spec: Obj) -> Obj:
+    """The policy as a pass would read it after a spec change (the next generation)."""
+    meta = policy["metadata"]
+    return {**policy, "metadata": {**meta, "generation": meta["generation"] + 1}, "spec": spec}
 
 
 def reconciler(client: AsyncClient, namespace: str, policy: Obj) -> Reconciler:

@@ -25,7 +25,7 @@ from kubegpu.operator import status as st
 from kubegpu.operator.render import HASH_ANNOTATION, MANAGED_BY_LABEL
 from kubegpu.sim.controlplane import ControlPlane
 
-from .operator_pass import GPU_NODE, live_objects, policy_object, reconciler, versions
+from .operator_pass import GPU_NODE, changed, live_objects, reconciler, stored_policy, versions
 
 # the fixtures api and operator_ns are the controller tests'
 from .test_operator_controller import POLICY, api, operator_ns, running  # noqa: F401
@@ -40,7 +40,12 @@ SPEC: dict[str, Any] = {**POLICY, "migManager": {"enabled": False}}
 async def test_one_pass_applies_what_it_rendered_and_a_second_writes_nothing(
     api: AsyncClient, operator_ns: str
 ) -> None:
-    r = reconciler(api, operator_ns, policy_object("p-one", SPEC))
+    async with stored_policy(api, SPEC) as policy:
+        await _one_pass(api, operator_ns, policy)
+
+
+async def _one_pass(api: AsyncClient, operator_ns: str, policy: dict[str, Any]) -> None:
+    r = reconciler(api, operator_ns, policy)
     outcome = await r.reconcile_once()
     assert outcome is not None
     assert outcome.reason == st.OPERAND_NOT_READY  # no kubelet runs the pods here
@@ -61,26 +66,32 @@ async def test_one_pass_applies_what_it_rendered_and_a_second_writes_nothing(
 async def test_a_pass_whose_last_object_is_invalid_changes_nothing(
     api: AsyncClient, operator_ns: str
 ) -> None:
-    r = reconciler(api, operator_ns, policy_object("p-whole", SPEC))
+    async with stored_policy(api, SPEC) as policy:
+        await _invalid_last(api, operator_ns, policy)
+
+
+async def _invalid_last(api: AsyncClient, operator_ns: str, policy: dict[str, Any]) -> None:
+    r = reconciler(api, operator_ns, policy)
     await r.reconcile_once()
     before = await live_objects(api, operator_ns)
     applies = r.api.counts["apply"]
     # two operands change: the device plugin's (valid) and the exporter's, rendered after
-    # it, with a CPU limit that is no quantity
-    changed = {
+    # it, with a negative CPU limit (a quantity, refused only by the API server)
+    new_spec = {
         **SPEC,
         "devicePlugin": {"env": [{"name": "PASS_LOG", "value": "v"}]},
-        "dcgmExporter": {"resources": {"limits": {"cpu": "lots"}}},
+        "dcgmExporter": {"resources": {"limits": {"cpu": "-1"}}},
     }
-    r.caches.policies.store(policy_object("p-whole", changed, generation=2))
-    policy = r.caches.policies.items()[0]
+    policy = changed(policy, new_spec)
+    r.caches.policies.store(policy)
     plan = r.plan(policy, "ClusterPolicy")
     assert not isinstance(plan, st.Outcome)
-    assert [o["metadata"]["name"] for o in plan.writes] == [PLUGIN_DS, EXPORTER_DS]
+    written = [o["metadata"]["name"] for o in plan.writes]
+    assert PLUGIN_DS in written and written[-1] == EXPORTER_DS  # the invalid one is last
     outcome = await r.reconcile_once()
     assert outcome is not None and outcome.reason == st.RECONCILE_FAILED
     assert f"DaemonSet {EXPORTER_DS}" in outcome.message
-    assert "resources.limits" in outcome.message and "cpu" in outcome.message
+    assert "resources.limits[cpu]" in outcome.message
     assert PLUGIN_DS not in outcome.message
     assert r.last_applied == ()
     assert r.api.counts["apply"] == applies
@@ -152,7 +163,7 @@ async def test_the_running_operator_refuses_a_half_valid_patch_whole(
         )
         ready = await eventually(lambda: condition(api, name, 2))
         assert ready["reason"] == st.RECONCILE_FAILED
-        assert f"DaemonSet {EXPORTER_DS}" in ready["message"]
+        assert "field dcgmExporter.resources.limits.cpu, value 'lots'" in ready["message"]
         after = await live_objects(api, operator_ns)
         assert after[("DaemonSet", PLUGIN_DS)]["spec"] == before[("DaemonSet", PLUGIN_DS)]["spec"]
         assert versions(after) == versions(before)

@@ -12,7 +12,7 @@ one of two ways, never in an exception:
   objects are as they were before the pass (a state that failed to render keeps its own
   objects, the others are applied: the per-state rule of docs/operator.md).
 
-Bounded for CI: KUBEGPU_FUZZ_CLUSTER_EXAMPLES (default 60), derandomized.
+Bounded for CI: KUBEGPU_FUZZ_CLUSTER_EXAMPLES (default 80, about a minute), derandomized.
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ from kubegpu.kube.policy import ClusterPolicyResource
 from kubegpu.operator import status as st
 from kubegpu.operator.render import HASH_ANNOTATION
 
-from .operator_pass import live_objects, policy_object, reconciler, versions
+from .operator_pass import changed, live_objects, reconciler, stored_policy, versions
 
 # the fixtures api and operator_ns are the controller tests'
 from .test_operator_controller import api, operator_ns  # noqa: F401
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
-EXAMPLES = int(os.environ.get("KUBEGPU_FUZZ_CLUSTER_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("KUBEGPU_FUZZ_CLUSTER_EXAMPLES", "80"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -54,13 +54,19 @@ FUZZ = settings(
 async def test_any_schema_valid_policy_lands_whole_or_is_refused_whole(
     api: AsyncClient, operator_ns: str
 ) -> None:
+    async with stored_policy(api, BASE_POLICY) as policy:
+        await _fuzz(api, operator_ns, policy)
+
+
+async def _fuzz(api: AsyncClient, operator_ns: str, stored: dict[str, Any]) -> None:
     loop = asyncio.get_running_loop()
-    r = reconciler(api, operator_ns, policy_object("p-fuzz", {}))
+    r = reconciler(api, operator_ns, stored)
     seen: collections.Counter[str] = collections.Counter()
-    generation = 0
+    refusals: list[str] = []  # what the API server refused of what the operator rendered
+    policy = stored
 
     async def one_pass(drawn: dict[str, Any]) -> str:
-        nonlocal generation
+        nonlocal policy
         spec = merged(BASE_POLICY, drawn)
         try:
             await api.create(
@@ -68,8 +74,8 @@ async def test_any_schema_valid_policy_lands_whole_or_is_refused_whole(
             )
         except ApiError as exc:
             return f"schema: {exc.status.message}"
-        generation += 1
-        policy = policy_object("p-fuzz", spec, generation)
+        policy = changed(policy, spec)
+        r.caches.policies.store(policy)
         before = await live_objects(api, operator_ns)
         plan = r.plan(policy, "ClusterPolicy")
         if isinstance(plan, st.Outcome):
@@ -81,6 +87,8 @@ async def test_any_schema_valid_policy_lands_whole_or_is_refused_whole(
         if plan.rendered.problems or (plan.writes and not r.last_applied):
             assert outcome.reason == st.RECONCILE_FAILED, outcome
             assert versions(after) == versions(before), outcome.message
+            if not plan.rendered.problems:
+                refusals.append(outcome.message)
             return "refused: " + ("render" if plan.rendered.problems else "API server")
         assert r.last_applied == plan.writes
         for obj in plan.writes:
@@ -106,4 +114,6 @@ async def test_any_schema_valid_policy_lands_whole_or_is_refused_whole(
 
     await asyncio.to_thread(check)
     print(f"\n{sum(seen.values())} policies drawn: {dict(seen)}")
+    for message in refusals:
+        print(f"  refused by the API server: {message[:300]}")
     assert seen["applied"] > EXAMPLES // 3  # the fuzz reaches the API server, not only refusals

@@ -128,3 +128,22 @@ def test_the_tables_cover_every_key_the_operator_relies_on() -> None:
         for c in [*pod.get("initContainers", []), *pod["containers"]]:
             downward = {e["name"] for e in c.get("env", []) if "valueFrom" in e}
             assert downward <= set(RESERVED_ENV), (obj["metadata"]["name"], downward)
+
+
+@pytest.mark.parametrize("value", ["lots", "1 Gi", "5_0", "1.2.3", "Ki", ""])
+def test_a_resource_value_that_is_no_quantity_renders_nothing_and_names_the_field(
+    value: str,
+) -> None:
+    rendered = render(policy(dcgmExporter={"resources": {"limits": {"cpu": value}}}), FACTS)
+    assert rendered.objects() == []
+    assert rendered.problems == (
+        f"field dcgmExporter.resources.limits.cpu, value {value!r}: not a quantity "
+        "(e.g. 500m, 2, 1Gi)",
+    )
+
+
+@pytest.mark.parametrize("value", ["500m", "2", "1Gi", "1.5", "1e3", "-1", ".5", 4])
+def test_quantities_render(value: str | int) -> None:
+    """A negative amount is a quantity: the API server refuses it at the pass's dry-run."""
+    rendered = render(policy(devicePlugin={"resources": {"requests": {"memory": value}}}), FACTS)
+    assert rendered.problems == ()

@@ -32,6 +32,7 @@ from kubegpu.kube.policy import (
 from kubegpu.operator import labels as node_labels
 from kubegpu.operator.operands import dra, native, upstream
 from kubegpu.operator.operands.context import ClusterFacts, Obj, RenderContext
+from kubegpu.operator.quantities import quantity_problems
 from kubegpu.operator.render import Rendered, StateObjects, render_states
 from kubegpu.operator.reserved import reserved_key_problems
 from kubegpu.operator.states import DCGM, DCGM_EXPORTER, PRE_REQUISITES, OperandState
@@ -129,8 +130,8 @@ def dra_states(gc: GPUClusterSpec | None = None) -> tuple[OperandState, ...]:
 def render_gpu_cluster(gc: GPUClusterSpec, facts: ClusterFacts) -> Rendered:
     """Every GPUCluster state's desired objects. `draDriver.computeDomains` is read past:
     ComputeDomains (IMEX) are out of scope (docs/dra.md). A spec that sets a reserved key
-    renders nothing (`problems`)."""
-    problems = reserved_key_problems(gc)
+    or a resource value that is no quantity renders nothing (`problems`)."""
+    problems = [*reserved_key_problems(gc), *quantity_problems(gc)]
     states, view = dra_states(gc), policy_view(gc)
     if problems:
         return Rendered(
