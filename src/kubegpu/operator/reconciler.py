@@ -294,10 +294,16 @@ class Reconciler:
     async def _validate(self, writes: Sequence[Obj]) -> list[str]:
         """Server-side dry-run of every write; the refusals, each naming its object."""
 
+        pending = {(o["kind"], o["metadata"]["name"]) for o in writes}
+
         async def check(obj: Obj) -> str | None:
             try:
                 await self.api.apply(obj, dry_run=True)
             except ApiError as exc:
+                if exc.status.code == 404 and _role_in(obj, pending):
+                    # RBAC's escalation check reads the bound role, which this same pass
+                    # creates (written before the binding, in render order)
+                    return None
                 return f"{obj['kind']} {obj['metadata']['name']}: {exc.status.message}"
             return None
 
@@ -371,6 +377,14 @@ class Reconciler:
 def refused(message: str) -> st.Outcome:
     """The outcome of a spec the pass will not act on: nothing is written but the status."""
     return st.Outcome(st.NOT_READY, st.RECONCILE_FAILED, message)
+
+
+def _role_in(obj: Obj, pending: set[tuple[str, str]]) -> bool:
+    """Whether `obj` is a (Cluster)RoleBinding whose role is among the pass's writes."""
+    if obj["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+        return False
+    ref = obj.get("roleRef") or {}
+    return (str(ref.get("kind")), str(ref.get("name"))) in pending
 
 
 def _first_error(exc: ValidationError) -> str:
