@@ -466,19 +466,29 @@ class MigManager:
 
     # -- workloads and operands ------------------------------------------------------------------
     async def _held_devices(self, socket: Path) -> list[HeldDevice]:
-        """What the node's pods hold, from the kubelet. A kubelet that does not answer in
-        time is asked again (it may be busy starting the pods a change stopped); only a
-        kubelet that keeps failing fails the change."""
-        for delay in POD_RESOURCES_BACKOFF_S:
+        """What the node's pods hold, from the kubelet. A kubelet that does not answer is
+        asked again (it may be busy starting the pods a change stopped, or a device plugin
+        that registers late): first after each of POD_RESOURCES_BACKOFF_S, then every last
+        backoff until `pod_resources_timeout_s` has passed. Only then does the change fail:
+        a slow node is not a failed one."""
+        deadline = time.monotonic() + self.settings.pod_resources_timeout_s
+        backoff = iter(POD_RESOURCES_BACKOFF_S)
+        while True:
             try:
                 return await list_held_devices(socket)
             except PodResourcesError as exc:
+                left = deadline - time.monotonic()
+                delay = next(backoff, None)
+                if delay is None:
+                    if left <= 0:
+                        waited = self.settings.pod_resources_timeout_s
+                        raise Failed(
+                            f"cannot tell which pods hold GPUs: {exc} (the kubelet did not "
+                            f"answer within --pod-resources-timeout {waited:g}s)"
+                        ) from None
+                    delay = min(POD_RESOURCES_BACKOFF_S[-1], left)
                 log.warning("node %s: %s; asking again in %.0fs", self.node_name, exc, delay)
                 await asyncio.sleep(delay)
-        try:
-            return await list_held_devices(socket)
-        except PodResourcesError as exc:
-            raise Failed(f"cannot tell which pods hold GPUs: {exc}") from None
 
     async def _check_busy(self, changing: list[int]) -> None:
         socket = self.settings.pod_resources_socket
