@@ -1,4 +1,9 @@
-"""mig-parted's node operations over the `nvml` seam: apply, assert, export, generate.
+"""mig-parted's node operations over the `nvml` seam: plan, apply, assert, export, generate.
+
+A named config is planned against the node's GPUs once (`plan_config` -> `ConfigPlan`,
+one NVML read of the GPUs and driver); `apply_plan` and `assert_plan` take that plan, so a
+caller that carries it through a change plans once. `apply_config` and `assert_config`
+plan and act in one call (the `mig` CLI).
 
 `apply` holds the node's MIG lock (`kubegpu.mig.lock`) for the whole change, checks the
 whole node before it touches a GPU, refuses GPUs whose instances are in use, creates

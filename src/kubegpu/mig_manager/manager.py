@@ -5,10 +5,13 @@ reconfigures:
 
 1. the named layout must exist and fit this node's GPUs, else `failed` and nothing touched;
    a name the layouts lack is first waited for (`pending`, `unknown_config_wait_s`): the
-   operator may be moving this manager onto a new ConfigMap that has it;
+   operator may be moving this manager onto a new ConfigMap that has it. The layout is
+   planned against the GPUs here, once (`mig.parted.ConfigPlan`), and that plan is carried
+   through the steps below; it is planned once more under the node's MIG lock;
 2. already applied: `success` with no disruption;
 3. a GPU that must change but on which a workload pod holds a device is refused (unless
-   configured to proceed), before any operand is disturbed;
+   configured to proceed), before any operand is disturbed (`mig.holders`; a kubelet that
+   answers late is asked again until `pod_resources_timeout_s`);
 4. `pending`: the GPU operands are paused through their `nvidia.com/gpu.deploy.*` labels
    (the values before are kept in an annotation, in the same patch) and their pods must go;
 5. the layout is applied through the nvml seam; when a MIG mode change needs a reset and a
