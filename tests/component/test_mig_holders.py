@@ -9,6 +9,7 @@ from kubegpu.mig.config import parse_config
 from kubegpu.mig.holders import busy_gpus, gpu_of_device, held_gpus
 from kubegpu.mig.parted import apply_config, plan_config, read_node
 from kubegpu.nvml.sim import SimNvml
+from kubegpu.sharing.replicas import physical_id, replica_id
 
 LAYOUTS = parse_config(
     "version: v1\nmig-configs:\n"
@@ -31,7 +32,7 @@ def test_every_id_a_plugin_hands_out_names_its_gpu(tmp_path: Path) -> None:
     assert gpu_of[nvml.device(2).uuid] == gpu_of["2"] == 2
     held = [
         ("ml/a", "nvidia.com/mig-3g.71gb", mig[0].uuid),
-        ("ml/b", "nvidia.com/gpu", nvml.device(1).uuid + "::3"),  # a time-sliced replica
+        ("ml/b", "nvidia.com/gpu", physical_id(replica_id(nvml.device(1).uuid, 3))),
         ("ml/c", "nvidia.com/gpu", "2"),
         ("ml/d", "example.com/fpga", nvml.device(2).uuid),  # another vendor's: not counted
         ("ml/e", "nvidia.com/gpu", "GPU-not-on-this-node"),

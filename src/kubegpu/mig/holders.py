@@ -2,9 +2,10 @@
 
 The one judgement of "is this change busy?" that the MIG manager makes before it pauses
 anything and that what-if shows in its report: a device ID a device plugin hands out (a
-GPU or MIG UUID, a GPU index, `<gpu>:<mig>` or a replica `<id>::<n>`) belongs to one GPU,
-and a holder of a device on a GPU that must change makes that GPU busy. Only NVIDIA
-resources count.
+GPU or MIG UUID, a GPU index, `<gpu>:<mig>`) belongs to one GPU, and a holder of a device
+on a GPU that must change makes that GPU busy. Only NVIDIA resources count. Callers hand
+in physical device IDs: a replica's (`<id>::<n>`) is `kubegpu.sharing.replicas.physical_id`
+of it.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from collections.abc import Iterable, Mapping
 
 from kubegpu.catalog import nvidia
 from kubegpu.nvml import Nvml, NvmlError
-
-REPLICA_SEPARATOR = "::"  # a shared device's ID: `<device id>::<replica>` (kubegpu.sharing)
 
 
 def gpu_of_device(nvml: Nvml) -> dict[str, int]:
@@ -34,13 +33,13 @@ def gpu_of_device(nvml: Nvml) -> dict[str, int]:
 def held_gpus(
     held: Iterable[tuple[str, str, str]], gpu_of: Mapping[str, int]
 ) -> dict[str, set[int]]:
-    """(holder, resource, device ID) triples -> each holder's GPU indexes. Devices of other
-    vendors' resources and IDs of no GPU of this node are left out."""
+    """(holder, resource, physical device ID) triples -> each holder's GPU indexes. Devices
+    of other vendors' resources and IDs of no GPU of this node are left out."""
     out: dict[str, set[int]] = {}
     for holder, resource, device_id in held:
         if not resource.startswith(nvidia.PREFIX):
             continue
-        index = gpu_of.get(device_id.split(REPLICA_SEPARATOR, 1)[0])
+        index = gpu_of.get(device_id)
         if index is not None:
             out.setdefault(holder, set()).add(index)
     return out

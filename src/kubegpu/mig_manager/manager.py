@@ -42,6 +42,7 @@ from pathlib import Path
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
+from kubegpu.base.tasks import cancel_all, start_kept
 from kubegpu.kube.labels import (
     API_ERRORS,
     annotations_of,
@@ -76,6 +77,7 @@ from kubegpu.mig_manager.settings import (
     State,
 )
 from kubegpu.nvml import Nvml, NvmlError
+from kubegpu.sharing.replicas import physical_id
 
 log = logging.getLogger(__name__)
 
@@ -211,21 +213,19 @@ class MigManager:
 
     async def run(self) -> None:
         await self.layouts.prepare()
-        tasks = {
-            asyncio.create_task(self._watch(), name="mig-manager:watch"),
-            asyncio.create_task(self._work(), name="mig-manager:work"),
-            asyncio.create_task(self._stop.wait(), name="mig-manager:stop"),
-        }
+        tasks: list[asyncio.Task[None]] = []
+        start_kept(tasks, self._watch(), name="mig-manager:watch")
+        start_kept(tasks, self._work(), name="mig-manager:work")
+        start_kept(tasks, self._wait_stop(), name="mig-manager:stop")
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 t.result()
         finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+            await cancel_all(tasks)
+
+    async def _wait_stop(self) -> None:
+        await self._stop.wait()
 
     async def _watch(self) -> None:
         async for node in watch_node(self.client, self.node_name):
@@ -499,7 +499,9 @@ class MigManager:
             return
         held = await self._held_devices(socket)
         gpu_of = await asyncio.to_thread(gpu_of_device, self.nvml)
-        holders = held_gpus(((h.pod_ref, h.resource, h.device_id) for h in held), gpu_of)
+        holders = held_gpus(
+            ((h.pod_ref, h.resource, physical_id(h.device_id)) for h in held), gpu_of
+        )
         busy = busy_gpus(holders, changing)
         if not busy:
             return

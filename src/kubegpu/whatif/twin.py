@@ -34,6 +34,7 @@ from kubegpu.kube.labels import labels_of
 from kubegpu.kube.policy import ClusterPolicyResource, GPUClusterResource
 from kubegpu.mig.holders import gpu_of_device, held_gpus
 from kubegpu.mig.parted import plan_config, read_node
+from kubegpu.sharing.replicas import physical_id
 from kubegpu.sim.cluster import ClusterSpec, NodeEntry
 from kubegpu.sim.node import SimNode
 from kubegpu.sim.stack import NAMESPACE, Stack, simulated_stack
@@ -353,7 +354,7 @@ def _holders(node: SimNode, uids: Mapping[str, str]) -> dict[str, tuple[int, ...
     if node.nvml is None:
         return {}
     held = (
-        (uids[uid], resource, device)
+        (uids[uid], resource, physical_id(device))
         for (uid, _), allocation in node.devices.allocations.items()
         if uid in uids
         for resource, ids in allocation.devices.items()
