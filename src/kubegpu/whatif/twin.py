@@ -36,7 +36,7 @@ from kubegpu.mig.holders import gpu_of_device, held_gpus
 from kubegpu.mig.parted import plan_config, read_node
 from kubegpu.sharing.replicas import physical_id
 from kubegpu.sim.cluster import ClusterSpec, NodeEntry
-from kubegpu.sim.node import SimNode
+from kubegpu.sim.kubelet.node import SimNode
 from kubegpu.sim.stack import NAMESPACE, Stack, simulated_stack
 from kubegpu.whatif.change import Change, check_nodes
 from kubegpu.whatif.report import (
