@@ -81,6 +81,7 @@ def test_the_plugin_finds_the_driver_under_the_driver_root_as_nvidias_chart_does
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
     assert env["NVIDIA_DRIVER_ROOT"] == "/"
     assert env["DRIVER_ROOT_CTR_PATH"] == "/driver-root"
+    assert env["KUBEGPU_DRIVER_LIBRARY_ROOT"] == "/driver-root"
     pod = ds["spec"]["template"]["spec"]
     mount = next(
         m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/driver-root"

@@ -53,6 +53,8 @@ def dra_plugin(ctx: RenderContext, dra: DraDriverSpec) -> list[Obj]:
         # mounted at /driver-root as NVIDIA's DRA chart does
         env_var("NVIDIA_DRIVER_ROOT", ctx.driver_root),
         env_var("DRIVER_ROOT_CTR_PATH", "/driver-root"),
+        # where the plugin's NVML is loaded from (kubegpu.nvml.real)
+        env_var("KUBEGPU_DRIVER_LIBRARY_ROOT", "/driver-root"),
     ]
     gates = feature_gates(dra)
     if gates:
