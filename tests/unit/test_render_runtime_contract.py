@@ -265,3 +265,29 @@ def test_the_driver_validation_checks_a_host_driver_through_the_host_root() -> N
 
 def test_facts_default_to_containerd() -> None:
     assert ClusterFacts().runtime == "containerd"
+
+
+def test_the_device_plugin_honours_the_rendered_cdi_strategy_in_allocate() -> None:
+    """The manifest's DEVICE_LIST_STRATEGY, read as the plugin reads its env, makes Allocate
+    name the devices through CDI only: the env-var list is voided."""
+    from kubegpu.sharing.allocate import container_response, settings_for
+    from kubegpu.sharing.config import ENV_OVERRIDES, parse_config, with_overrides
+    from kubegpu.sharing.devices import GpuFacts, advertise
+
+    e = env(main(rendered(), "nvidia-device-plugin-daemonset"))
+    config = with_overrides(parse_config(""), {k: v for k, v in e.items() if k in ENV_OVERRIDES})
+    gpus = [
+        GpuFacts(
+            index=0,
+            uuid="GPU-0",
+            product="NVIDIA L4",
+            memory_mib=23034,
+            compute_capability=(8, 9),
+            mig_capable=False,
+            mig_enabled=False,
+        )
+    ]
+    devices = {d.id: d for d in advertise(gpus, config).resources["nvidia.com/gpu"]}
+    r = container_response(["GPU-0"], devices, settings_for(config, "nvidia.com/gpu"), "rid-0")
+    assert r.cdi_devices == ["k8s.device-plugin.nvidia.com/gpu=GPU-0"]
+    assert r.envs == {"NVIDIA_VISIBLE_DEVICES": "void"}
