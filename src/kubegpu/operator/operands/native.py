@@ -444,6 +444,8 @@ def mig_manager(ctx: RenderContext) -> list[Obj]:
         # the runtime hands the manager every GPU (MIG changes, NVML) only when asked
         env_var(nvidia.NVIDIA_VISIBLE_DEVICES, "all"),
         env_var(nvidia.NVIDIA_DRIVER_CAPABILITIES, "compute,utility"),
+        # as NVIDIA's mig-parted image sets it: the MIG config capability, for a legacy runtime
+        env_var("NVIDIA_MIG_CONFIG_DEVICES", "all"),
         env_var("HOST_ROOT_MOUNT", "/host"),
         env_var("HOST_NVIDIA_DIR", ctx.toolkit_dir),
         env_var(
