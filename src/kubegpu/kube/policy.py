@@ -523,6 +523,9 @@ class DraDriverSpec(ImageSpec):
 
 
 class GPUClusterHostPathsSpec(_Model):
+    rootFS: str | None = Field(
+        None, description="The host's root filesystem (chroot-able); NVIDIA's sample sets it."
+    )
     driverInstallDir: str | None = Field(None, description="Where the driver's files are.")
     kubeletRootDir: str | None = Field(None, description="kubelet's root directory.")
 
