@@ -51,6 +51,7 @@ from typing import Any, Final, Self
 import yaml
 
 from kubegpu.base.process import pid_alive
+from kubegpu.kube.versions import UnsupportedVersion
 from kubegpu.sim.certs import (
     CertificateAuthority,
     IssuedCert,
@@ -58,6 +59,7 @@ from kubegpu.sim.certs import (
     write_private,
     write_public,
 )
+from kubegpu.sim.k8s_binaries import version_gates
 
 __all__ = [
     "BUILD_HINT",
@@ -456,7 +458,8 @@ class ControlPlane:
         self._bin_dir_arg = bin_dir
         self._fsync = fsync
         self._keep_data = keep_data
-        self._feature_gates = {**DEFAULT_FEATURE_GATES, **(feature_gates or {})}
+        self._gate_overrides = dict(feature_gates or {})
+        self._feature_gates = {**DEFAULT_FEATURE_GATES, **self._gate_overrides}
         self._verbosity = verbosity
         self.size = size or ControlPlaneSize()
         self._binaries: dict[str, Path] = {}
@@ -589,6 +592,11 @@ class ControlPlane:
             raise ControlPlaneError("control plane", f"already started in {self.workdir}")
         deadline = time.monotonic() + timeout
         self._binaries = check_binaries(find_bin_dir(self._bin_dir_arg))
+        try:  # per version (kubegpu.kube.versions): a gate unknown to a version stops it
+            gates = version_gates(self._binaries[APISERVER])
+        except UnsupportedVersion as exc:
+            raise ControlPlaneError(APISERVER, str(exc)) from None
+        self._feature_gates = {**gates, **self._gate_overrides}
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(exist_ok=True)
         self._acquire_lock()
