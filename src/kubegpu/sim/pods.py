@@ -32,7 +32,7 @@ from lightkube.types import PatchType
 from kubegpu.base.tasks import cancel_all, start_kept
 from kubegpu.catalog.nvidia import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_VOID
 from kubegpu.sim.devices import AdmissionError, ContainerAllocation, DeviceManager
-from kubegpu.sim.dra import DraManager
+from kubegpu.sim.dra import DraManager, dra_backed_resources
 from kubegpu.sim.inprocess import (
     ContainerSpec,
     InProcessContainer,
@@ -281,6 +281,7 @@ class PodRunner:
                     ),
                 ).items()
                 if not self.node.devices.is_device_resource(k)
+                and k not in dra_backed_resources(self.pod, c.name)  # a DRA claim serves it
             }
             if unknown:
                 name = next(iter(unknown))
