@@ -59,6 +59,8 @@ def test_a_gpu_cluster_renders_the_dra_plugin_the_device_classes_and_the_exporte
 def test_the_gpu_class_serves_nvidia_com_gpu_only_when_asked() -> None:
     gpu_class = ("DeviceClass", "gpu.nvidia.com")
     assert "extendedResourceName" not in rendered()[gpu_class]["spec"]  # off by default
+    off = {"draDriver": {"gpus": {"extendedResourceName": ""}}}  # the chart's default value
+    assert "extendedResourceName" not in rendered(off)[gpu_class]["spec"]
     spec = {"draDriver": {"gpus": {"extendedResourceName": "nvidia.com/gpu"}}}
     assert rendered(spec)[gpu_class]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
     assert "extendedResourceName" not in rendered(spec)[("DeviceClass", "mig.nvidia.com")]["spec"]

@@ -85,7 +85,7 @@ def dra_plugin(ctx: RenderContext, dra: DraDriverSpec) -> list[Obj]:
     ds = ctx.daemonset(
         component, service_account=ctx.service_account, containers=[main], volumes=volumes
     )
-    extended = plugin_gpus(dra).extendedResourceName is not None
+    extended = bool(plugin_gpus(dra).extendedResourceName)
     return [*ctx.rbac(), ds, *device_classes(extended_resource=extended)]
 
 
