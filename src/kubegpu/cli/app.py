@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validator": ("kubegpu.cli.validator", "app"),
     "operator": ("kubegpu.cli.operator", "app"),
     "what-if": ("kubegpu.cli.whatif", "app"),
+    "why": ("kubegpu.cli.why", "why"),
 }
 
 

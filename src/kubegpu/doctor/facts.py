@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubegpu.catalog import GpuModel, all_models, nvidia
@@ -18,7 +18,8 @@ from kubegpu.catalog.models import parse_driver_version
 from kubegpu.doctor.snapshot import CustomObject, NodeInfo, Snapshot
 from kubegpu.mig.config import ConfigError, MigPartedConfig
 from kubegpu.mig.config import parse_config as parse_mig_config
-from kubegpu.sharing.config import PluginConfig, SharingConfigError, parse_config
+from kubegpu.node.overrides import OverrideError, config_overrides, flag_of
+from kubegpu.sharing.config import ENV_OVERRIDES, PluginConfig, SharingConfigError, parse_config
 from kubegpu.sharing.labels import sanitise
 
 _MIG_COUNT = re.compile(re.escape(nvidia.MIG_RESOURCE_PREFIX) + r".+\.count$")
@@ -126,12 +127,35 @@ def plugin_configmap(snapshot: Snapshot) -> tuple[str | None, str | None]:
     return (name or None, default or None) if isinstance(name, str) else (None, None)
 
 
+def plugin_overrides(snapshot: Snapshot) -> tuple[dict[str, str], str | None]:
+    """The flag and environment values the device plugin's DaemonSet gives it over its config
+    file (the operator's MPS_ROOT, MIG_STRATEGY...), read by the plugin's own function
+    (`config_overrides`); ({}, why) when one of them cannot be used."""
+    ds = next((d for d in snapshot.daemon_sets if d.name == nvidia.DEVICE_PLUGIN_DAEMONSET), None)
+    if ds is None:
+        return {}, None
+    flags: dict[str, object | None] = {}
+    for key in ENV_OVERRIDES:
+        flag = flag_of(key)
+        for i, arg in enumerate(ds.args):
+            if arg.startswith(flag + "="):
+                flags[key] = arg.split("=", 1)[1]
+            elif arg == flag and i + 1 < len(ds.args):
+                flags[key] = ds.args[i + 1]
+    try:
+        return config_overrides(flags, ds.env), None
+    except OverrideError as exc:
+        return {}, f"daemonset {ds.namespace}/{ds.name}: {exc}"
+
+
 def plugin_config_of(snapshot: Snapshot, node: NodeInfo) -> PluginChoice:
-    """The device-plugin config `node` runs, chosen as the device plugin chooses it."""
+    """The device-plugin config `node` runs, chosen as the device plugin chooses it and read
+    as it reads it: the file with the DaemonSet's overrides applied."""
     cm_name, default = plugin_configmap(snapshot)
     label = node.labels.get(nvidia.DEVICE_PLUGIN_CONFIG) or None
+    overrides, bad = plugin_overrides(snapshot)
     if cm_name is None:
-        return PluginChoice(None, None, PluginConfig())
+        return _builtin(overrides, bad)
     cm = snapshot.config_map(cm_name)
     configs = dict(cm.data) if cm is not None else {}
     if label:
@@ -143,19 +167,32 @@ def plugin_config_of(snapshot: Snapshot, node: NodeInfo) -> PluginChoice:
     elif len(configs) == 1:
         name = next(iter(configs))
     else:
-        return PluginChoice(cm_name, None, PluginConfig())
+        return replace(_builtin(overrides, bad), configmap=cm_name)
     assert name is not None
     if name not in configs:
         return PluginChoice(cm_name, name, None, error="missing")
-    parsed, error = _plugin_config(configs[name], f"configmap {cm_name} key {name}")
+    if bad is not None:
+        return PluginChoice(cm_name, name, None, error=bad)
+    parsed, error = _plugin_config(
+        configs[name], f"configmap {cm_name} key {name}", tuple(sorted(overrides.items()))
+    )
     return PluginChoice(cm_name, name, parsed, error)
+
+
+def _builtin(overrides: dict[str, str], bad: str | None) -> PluginChoice:
+    if bad is not None:
+        return PluginChoice(None, None, None, error=bad)
+    parsed, error = _plugin_config("", "the built-in defaults", tuple(sorted(overrides.items())))
+    return PluginChoice(None, None, parsed, error)
 
 
 # A cluster's nodes share a handful of configs: each text is parsed once, not once per node.
 @functools.lru_cache(maxsize=64)
-def _plugin_config(text: str, source: str) -> tuple[PluginConfig | None, str | None]:
+def _plugin_config(
+    text: str, source: str, overrides: tuple[tuple[str, str], ...] = ()
+) -> tuple[PluginConfig | None, str | None]:
     try:
-        return parse_config(text, source), None
+        return parse_config(text, source, dict(overrides)), None
     except SharingConfigError as exc:
         return None, str(exc)
 

@@ -24,9 +24,22 @@ from kubegpu.sharing.config import (
     ReplicatedResource,
     resource_name,
 )
+from kubegpu.sharing.replicas import is_replica, physical_id, replica_id
+
+__all__ = [
+    "GPU_RESOURCE",
+    "Advertised",
+    "Device",
+    "GpuFacts",
+    "MigFacts",
+    "StrategyError",
+    "advertise",
+    "check_sharing",
+    "mig_resource_name",
+    "physical_id",  # owned by sharing.replicas; re-exported for the callers that import it here
+]
 
 GPU_RESOURCE = nvidia.GPU_RESOURCE
-REPLICA_SEPARATOR = "::"
 
 
 class StrategyError(ValueError):
@@ -81,12 +94,7 @@ class Device:
 
     @property
     def is_replica(self) -> bool:
-        return REPLICA_SEPARATOR in self.id
-
-
-def physical_id(device_id: str) -> str:
-    """`GPU-x::3` -> `GPU-x`."""
-    return device_id.split(REPLICA_SEPARATOR, 1)[0]
+        return is_replica(self.id)
 
 
 @dataclass
@@ -171,7 +179,21 @@ def _base(gpus: Sequence[GpuFacts], config: PluginConfig) -> dict[str, list[Devi
                     add(_mig_resource(config, m), _mig_device(g, m))
             continue
         add(_gpu_resource(config, g), _gpu_device(g))
+    _check_one_kind(out)
     return out
+
+
+def _check_one_kind(resources: dict[str, list[Device]]) -> None:
+    """Refuses a resource whose devices are of more than one kind (whole GPUs, or MIG
+    devices of one profile): kubelet treats them as interchangeable. The config loader
+    refuses the renames it can see; a wildcard pattern is only judged here, on the node."""
+    for name, devices in resources.items():
+        kinds = sorted({"whole GPU" if d.mig is None else f"MIG {d.mig.profile}" for d in devices})
+        if len(kinds) > 1:
+            raise StrategyError(
+                f"{name} would advertise {' and '.join(kinds)} devices as one resource; "
+                "give each kind of device its own name (resources.gpus, resources.mig)"
+            )
 
 
 def _select(entry: ReplicatedResource, devices: list[Device]) -> list[Device]:
@@ -239,7 +261,7 @@ def advertise(gpus: Sequence[GpuFacts], config: PluginConfig) -> Advertised:
         devices = base[entry.name]
         untouched = [d for d in devices if d not in selected]
         replicas = [
-            replace(d, id=f"{d.id}{REPLICA_SEPARATOR}{n}", replicas=entry.replicas)
+            replace(d, id=replica_id(d.id, n), replicas=entry.replicas)
             for d in selected
             for n in range(entry.replicas)
         ]

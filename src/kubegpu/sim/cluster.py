@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from kubegpu.base import loader
 from kubegpu.base.process import pid_alive
 from kubegpu.kube.label_syntax import key_problem, value_problem
+from kubegpu.kube.quantity import quantity_problem
 from kubegpu.nvml import SpecError, parse_spec
 from kubegpu.sim.controlplane import (
     SIZE_PROFILES,
@@ -84,6 +85,14 @@ class NodeEntry(BaseModel):
                 parse_spec(value)
             except SpecError as exc:
                 raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _quantity(cls, value: str) -> str:
+        # the API server would refuse the Node after the control plane started
+        if (why := quantity_problem(value, positive=True)) is not None:
+            raise ValueError(why)
         return value
 
     @field_validator("labels")

@@ -41,6 +41,7 @@ from kubegpu.sim.inprocess import (
 )
 from kubegpu.sim.kubeletserver import LogSource
 from kubegpu.sim.mounted import MountedObjects, ObjectKey
+from kubegpu.sim.podchecks import container_refusal
 from kubegpu.sim.podenv import ENV_NODE_ROOT, base_env, container_env, field_value
 from kubegpu.sim.podvolumes import (
     PodObjects,
@@ -405,6 +406,9 @@ class PodRunner:
 
     async def _backoff(self, c: ContainerState) -> None:
         delay = min(BACKOFF_START_S * 2 ** min(c.restart_count, 10), BACKOFF_MAX_S)
+        if "waiting" in c.state:  # never created (CreateContainerConfigError): a kubelet
+            await asyncio.sleep(delay)  # retries, keeps the reason and counts no restart
+            return
         c.last_state = {"terminated": c.state.get("terminated", {})}
         c.state = {
             "waiting": {
@@ -435,6 +439,11 @@ class PodRunner:
         )
 
     async def _run_once(self, c: ContainerState) -> int:
+        if (refused := container_refusal(self.pod, c.spec)) is not None:  # as a kubelet would
+            c.state = {"waiting": {"reason": refused.reason, "message": refused.message}}
+            self.phase = "Pending" if not (c.init or c.last_state) else self.phase
+            await self._push_status()
+            await asyncio.Event().wait()  # it waits as long as the pod is the same
         image = c.spec.get("image", "")
         workload = self._workload(c)
         if workload is None and not self.node.runs_process(image):
