@@ -35,7 +35,7 @@ from kubegpu.kube.kubelet import unix_target
 from kubegpu.node.gpus import sim_backend
 from kubegpu.node.runtime import ComponentError
 from kubegpu.nvml.sim import SimControls, SimNvml
-from kubegpu.sim.dra import cdi_env
+from kubegpu.sim.kubelet.dramanager import cdi_env
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 

@@ -26,9 +26,10 @@ from kubegpu.catalog import nvidia
 from kubegpu.dra.classes import device_classes
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
-from kubegpu.sim.controlplane import APISERVER, ControlPlane, find_bin_dir
-from kubegpu.sim.k8s_binaries import binary_version
-from kubegpu.sim.node import SimNode
+from kubegpu.sim.controlplane.binaries import APISERVER, find_bin_dir
+from kubegpu.sim.controlplane.k8s_version import binary_version
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.kubelet.node import SimNode
 
 from .dra_stack import SLEEP, dra_plugin, sim_gpu_node, wait_published, wait_registered
 from .helpers import eventually

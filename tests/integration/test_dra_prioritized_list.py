@@ -17,7 +17,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from kubegpu.catalog import nvidia
-from kubegpu.sim.controlplane import ControlPlane
+from kubegpu.sim.controlplane.plane import ControlPlane
 
 from .dra_stack import IMAGE, SLEEP, DraCluster, dra_cluster
 from .helpers import eventually

@@ -24,7 +24,7 @@ from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 
 from kubegpu.catalog import nvidia
-from kubegpu.sim.controlplane import ControlPlane
+from kubegpu.sim.controlplane.plane import ControlPlane
 
 from .dra_stack import SLEEP, DraCluster, dra_cluster
 from .helpers import eventually

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubegpu.sim.dra import (
+from kubegpu.sim.kubelet.dramanager import (
     EXTENDED_CLAIM,
     dra_backed_resources,
     extended_claim,
