@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kubegpu.dra.classes import device_classes
 from kubegpu.kube.crds import crd_manifests
 from kubegpu.kube.policy import parse_gpu_cluster_spec, parse_policy_spec
@@ -53,6 +55,22 @@ def test_a_gpu_cluster_renders_the_dra_plugin_the_device_classes_and_the_exporte
     assert ds["spec"]["template"]["spec"]["nodeSelector"] == {f"{DEPLOY}dra-driver": "true"}
     owner = ds["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["apiVersion"]) == ("GPUCluster", "nvidia.com/v1alpha1")
+
+
+def test_the_gpu_class_serves_nvidia_com_gpu_only_when_asked() -> None:
+    gpu_class = ("DeviceClass", "gpu.nvidia.com")
+    assert "extendedResourceName" not in rendered()[gpu_class]["spec"]  # off by default
+    off = {"draDriver": {"gpus": {"extendedResourceName": ""}}}  # the chart's default value
+    assert "extendedResourceName" not in rendered(off)[gpu_class]["spec"]
+    spec = {"draDriver": {"gpus": {"extendedResourceName": "nvidia.com/gpu"}}}
+    assert rendered(spec)[gpu_class]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert "extendedResourceName" not in rendered(spec)[("DeviceClass", "mig.nvidia.com")]["spec"]
+
+
+def test_another_extended_resource_name_is_refused_by_field_and_value() -> None:
+    with pytest.raises(ValueError, match="extendedResourceName") as err:
+        parse_gpu_cluster_spec({"draDriver": {"gpus": {"extendedResourceName": "nvidia.com/mig"}}})
+    assert "nvidia.com/mig" in str(err.value)
 
 
 def test_the_plugin_gets_the_kubelet_paths_the_cdi_root_and_the_mig_lock() -> None:

@@ -504,6 +504,12 @@ class DraControllerSpec(_Model):
 
 class DraGpusSpec(_Model):
     kubeletPlugin: DraKubeletPluginSpec | None = None
+    extendedResourceName: Literal["nvidia.com/gpu", ""] | None = Field(
+        None,
+        description="nvidia.com/gpu: the gpu.nvidia.com DeviceClass serves pods that ask "
+        "for nvidia.com/gpu (DRA extended resources, Kubernetes 1.36+); empty or unset: off "
+        "(the default). Only on nodes no device plugin serves.",
+    )
 
 
 class DraComputeDomainsSpec(_Model):

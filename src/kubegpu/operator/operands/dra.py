@@ -11,7 +11,13 @@ start next to a device plugin.
 from __future__ import annotations
 
 from kubegpu.dra.classes import device_classes
-from kubegpu.kube.policy import ComponentSpec, DraDriverSpec, DraKubeletPluginSpec, ImageSpec
+from kubegpu.kube.policy import (
+    ComponentSpec,
+    DraDriverSpec,
+    DraGpusSpec,
+    DraKubeletPluginSpec,
+    ImageSpec,
+)
 from kubegpu.operator.operands.context import (
     CDI_DIR,
     MIG_LOCK_DIR,
@@ -87,4 +93,9 @@ def dra_plugin(ctx: RenderContext, dra: DraDriverSpec) -> list[Obj]:
     ds = ctx.daemonset(
         component, service_account=ctx.service_account, containers=[main], volumes=volumes
     )
-    return [*ctx.rbac(), ds, *device_classes()]
+    extended = bool(plugin_gpus(dra).extendedResourceName)
+    return [*ctx.rbac(), ds, *device_classes(extended_resource=extended)]
+
+
+def plugin_gpus(dra: DraDriverSpec) -> DraGpusSpec:
+    return dra.gpus or DraGpusSpec()
