@@ -32,7 +32,7 @@ from kubegpu.kube.policy import (
     parse_gpu_cluster_spec,
     parse_policy_spec,
 )
-from kubegpu.operator import gpucluster
+from kubegpu.operator import gpucluster, node_facts
 from kubegpu.operator import labels as node_labels
 from kubegpu.operator import status as st
 from kubegpu.operator.api import OPTIONAL_KINDS, Api
@@ -201,9 +201,11 @@ class Reconciler:
                 changes = lambda labels: gpucluster.policy_label_changes(labels, spec)  # noqa: E731
         except ValidationError as exc:
             return refused(f"{kind} {active['metadata']['name']}: {_first_error(exc)}")
-        current = {n["metadata"]["name"]: _labels(n) for n in self.caches.nodes.items()}
-        patches = node_labels.node_patches(current, changes)
-        projected = {name: _patched(labels, patches.get(name)) for name, labels in current.items()}
+        nodes = self.caches.nodes.items()
+        patches = node_labels.node_patches(
+            {n["metadata"]["name"]: _labels(n) for n in nodes}, changes
+        )
+        projected = [_with_labels(n, patches.get(n["metadata"]["name"])) for n in nodes]
         facts = self._facts(active, kind, projected)
         if kind == "GPUCluster":
             rendered = gpucluster.render_gpu_cluster(gc, facts)
@@ -233,13 +235,10 @@ class Reconciler:
             writes.append(obj)
         return writes, desired
 
-    def _facts(
-        self, policy: Obj, kind: str, node_labels_by_name: Mapping[str, Mapping[str, str]]
-    ) -> ClusterFacts:
+    def _facts(self, policy: Obj, kind: str, nodes: Sequence[Obj]) -> ClusterFacts:
         gpu_nodes = sorted(
-            name
-            for name, labels in node_labels_by_name.items()
-            if labels.get(node_labels.GPU_PRESENT) == "true"
+            (n for n in nodes if _labels(n).get(node_labels.GPU_PRESENT) == "true"),
+            key=lambda n: n["metadata"]["name"],
         )
         return ClusterFacts(
             namespace=self.config.namespace,
@@ -251,7 +250,8 @@ class Reconciler:
                 f"{GROUP}/{GPU_CLUSTER_VERSION}" if kind == "GPUCluster" else f"{GROUP}/v1",
             ),
             gpu_nodes=len(gpu_nodes),
-            os_tag=node_labels.os_tag(node_labels_by_name[gpu_nodes[0]]) if gpu_nodes else None,
+            os_tag=node_facts.os_tag(gpu_nodes[0]) if gpu_nodes else None,
+            runtime=node_facts.cluster_runtime(gpu_nodes),
             service_monitor_crd=self.caches.owned["ServiceMonitor"].available,
             image_env=self.config.image_env,
         )
@@ -394,15 +394,17 @@ def _first_error(exc: ValidationError) -> str:
     return f"field {where}, value {err.get('input')!r}: {err['msg']}"
 
 
-def _patched(labels: Mapping[str, str], patch: Mapping[str, str | None] | None) -> dict[str, str]:
-    """A node's labels once `patch` (None: remove) is applied."""
-    out = dict(labels)
-    for key, value in (patch or {}).items():
+def _with_labels(node: Obj, patch: Mapping[str, str | None] | None) -> Obj:
+    """The node as it will be once its label `patch` (None: remove) is applied."""
+    if not patch:
+        return node
+    labels = _labels(node)
+    for key, value in patch.items():
         if value is None:
-            out.pop(key, None)
+            labels.pop(key, None)
         else:
-            out[key] = value
-    return out
+            labels[key] = value
+    return {**node, "metadata": {**(node.get("metadata") or {}), "labels": labels}}
 
 
 def _now() -> str:
