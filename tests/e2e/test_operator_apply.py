@@ -23,7 +23,7 @@ from integration.helpers import eventually
 from kubegpu.kube.policy import ClusterPolicyResource
 from kubegpu.operator import status as st
 from kubegpu.operator.render import HASH_ANNOTATION, MANAGED_BY_LABEL
-from kubegpu.sim.controlplane import ControlPlane
+from kubegpu.sim.controlplane.plane import ControlPlane
 
 from .operator_pass import GPU_NODE, changed, live_objects, reconciler, stored_policy, versions
 
