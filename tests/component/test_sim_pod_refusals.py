@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from sim_kubelet import node_context
 
-from kubegpu.sim.podenv import container_env
-from kubegpu.sim.pods import PodRunner
+from kubegpu.sim.kubelet.podenv import container_env
+from kubegpu.sim.kubelet.podworkers import PodRunner
 
 
 class RecordingClient:

@@ -37,7 +37,7 @@ from kubegpu.sharing.config import load_config as load_sharing
 from kubegpu.sharing.config import parse_config as parse_sharing
 from kubegpu.sharing.dra_config import DraConfigError, parse_parameters
 from kubegpu.sim.cluster import ClusterFileError, load_cluster
-from kubegpu.sim.podchecks import container_refusal
+from kubegpu.sim.kubelet.podchecks import container_refusal
 from kubegpu.whatif.change import ChangeError, load_policy_patch
 from kubegpu.whatif.twin_spec import TwinSpecError, twin_spec
 

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from kubegpu.kube.crds import crd_manifests
-from kubegpu.sim.controlplane import ControlPlane, find_bin_dir
+from kubegpu.sim.controlplane.binaries import find_bin_dir
+from kubegpu.sim.controlplane.plane import ControlPlane
 
 DATA = Path(__file__).parents[1] / "data" / "nvidia"
 CHART = Path(__file__).parents[2] / "deploy" / "helm" / "kubegpu"

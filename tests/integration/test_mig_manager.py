@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -40,10 +38,11 @@ from kubegpu.mig_manager import (
 from kubegpu.mig_manager.manager import Failed
 from kubegpu.nvml import MigMode
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode
 
 from .fake_plugin import FakePlugin
 from .helpers import eventually
+from .simnodes import SimNodes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -90,7 +89,7 @@ Env = dict[str, Any]
 
 @pytest.fixture
 async def env(
-    control_plane: Any, akube: AsyncClient, namespace: str
+    sim_nodes: SimNodes, akube: AsyncClient, namespace: str
 ) -> AsyncIterator[Callable[..., Awaitable[Env]]]:
     """Builds a simulated node with stand-in operands and a MIG manager running in-process."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
@@ -101,26 +100,9 @@ async def env(
         labels: dict[str, str] | None = None,
         **settings: Any,
     ) -> Env:
-        root = Path(tempfile.mkdtemp(prefix="kg-", dir="/tmp"))
-        node = SimNode(
-            SimNodeConfig(
-                name=name,
-                root=root,
-                gpus=gpus,
-                labels={**OPERAND_LABELS, **(labels or {})},
-                lease_interval_s=1.0,
-            ),
-            control_plane.kubeconfig_path,
+        node = await sim_nodes.start(
+            name, gpus=gpus, labels={**OPERAND_LABELS, **(labels or {})}, lease_interval_s=1.0
         )
-        await node.start()
-
-        async def drop_node() -> None:
-            await node.stop()
-            with contextlib.suppress(ApiError):
-                await akube.delete(Node, name)
-            shutil.rmtree(root, ignore_errors=True)
-
-        cleanups.append(drop_node)
         for operand in ("device-plugin", "gpu-feature-discovery", "dcgm-exporter"):
             await akube.create(_operand(name, operand), namespace=namespace)
         recorder = Recorder(akube, name)

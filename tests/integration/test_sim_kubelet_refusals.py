@@ -5,22 +5,18 @@ env names a missing ConfigMap key waits in CreateContainerConfigError."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Pod
 
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode
 
 from .helpers import eventually
+from .simnodes import sim_node
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -29,19 +25,14 @@ NODE = "sim-refusals"
 
 @pytest.fixture
 async def node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[SimNode]:
-    root = tempfile.mkdtemp(prefix="kg-", dir="/tmp")  # short: unix socket paths are limited
-    sim = SimNode(
-        SimNodeConfig(
-            name=NODE, root=Path(root), labels={"pool": "refusals"}, lease_interval_s=1.0
-        ),
+    async with sim_node(
         control_plane.kubeconfig_path,
-    )
-    await sim.start()
-    yield sim
-    await sim.stop()
-    with contextlib.suppress(ApiError):
-        await akube.delete(Node, NODE)
-    shutil.rmtree(root, ignore_errors=True)
+        akube,
+        NODE,
+        labels={"pool": "refusals"},
+        lease_interval_s=1.0,
+    ) as sim:
+        yield sim
 
 
 def daemonset(name: str, image: str) -> Any:

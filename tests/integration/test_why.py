@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -30,11 +27,11 @@ from kubegpu.catalog import nvidia
 from kubegpu.cli.app import app
 from kubegpu.doctor import why as w
 from kubegpu.doctor.capture import capture
-from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.controlplane.plane import ControlPlane
 
 from .fake_plugin import FakePlugin
 from .helpers import eventually
+from .simnodes import sim_node
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -81,25 +78,15 @@ class Cluster:
         plugin: type[FakePlugin] = FakePlugin,
     ) -> str:
         name = f"{self.prefix}-{suffix}"
-        root = Path(tempfile.mkdtemp(prefix="kg-", dir="/tmp"))
-        self._stack.callback(shutil.rmtree, root, True)
-        node = SimNode(
-            SimNodeConfig(
-                name=name,
-                root=root,
+        node = await self._stack.enter_async_context(
+            sim_node(
+                self.cp.kubeconfig_path,
+                self.akube,
+                name,
                 gpus="h100-80gb:1",
                 labels={nvidia.GPU_PRESENT: "true", **(labels or {})},
-            ),
-            self.cp.kubeconfig_path,
+            )
         )
-        await node.start()
-
-        async def stop_node() -> None:
-            await node.stop()
-            with contextlib.suppress(ApiError):
-                await self.akube.delete(Node, name)
-
-        self._stack.push_async_callback(stop_node)
         if count:
             fake = plugin(node.devices.plugin_dir, resource, [f"dev-{i}" for i in range(count)])
             await fake.start()

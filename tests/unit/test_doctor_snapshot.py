@@ -22,7 +22,7 @@ from kubegpu.doctor.snapshot import (
     load_snapshot,
 )
 from kubegpu.nvml.sim import SimControls, SimNvml
-from kubegpu.sim.node import write_pci_devices
+from kubegpu.sim.kubelet.node import write_pci_devices
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "doctor" / "demo.json"
 runner = CliRunner()

@@ -7,7 +7,7 @@ from pathlib import Path
 from kubegpu.feature_discovery.pci import PciDevice, gpu_labels, label_patch, read_pci
 from kubegpu.nvml.sim import SimNvml
 from kubegpu.operator.labels import is_gpu_node
-from kubegpu.sim.node import write_pci_devices
+from kubegpu.sim.kubelet.node import write_pci_devices
 
 NFD = "feature.node.kubernetes.io/"
 

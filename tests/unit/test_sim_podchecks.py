@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kubegpu.sim.podchecks import (
+from kubegpu.sim.kubelet.podchecks import (
     CREATE_CONTAINER_CONFIG_ERROR,
     INVALID_IMAGE_NAME,
     container_refusal,

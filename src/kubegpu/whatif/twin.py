@@ -36,7 +36,7 @@ from kubegpu.mig.parted import config_matches, plan_for_node, read_node, read_st
 from kubegpu.nvml import Nvml, NvmlError
 from kubegpu.sharing.replicas import physical_id
 from kubegpu.sim.cluster import ClusterSpec, NodeEntry
-from kubegpu.sim.node import SimNode
+from kubegpu.sim.kubelet.node import SimNode
 from kubegpu.sim.stack import NAMESPACE, Stack, simulated_stack
 from kubegpu.whatif.change import Change, check_nodes
 from kubegpu.whatif.report import (

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kubegpu.sim.devices import ContainerAllocation
-from kubegpu.sim.podvolumes import FieldResolver, PodObjects
+from kubegpu.sim.kubelet.devicemanager import ContainerAllocation
+from kubegpu.sim.kubelet.volumes import FieldResolver, PodObjects
 
 Json = dict[str, Any]
 
