@@ -19,7 +19,7 @@ from kubegpu.catalog import nvidia
 from kubegpu.cli import plan_snapshot as ps
 from kubegpu.doctor.capture import capture
 from kubegpu.plan import make_plan
-from kubegpu.sim.controlplane import ControlPlane
+from kubegpu.sim.controlplane.plane import ControlPlane
 
 from .helpers import eventually
 from .test_why import MIG_LAYOUTS, Cluster
