@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
 from typer.testing import CliRunner
 
 from kubegpu.cli import plan_snapshot as ps
@@ -130,3 +131,34 @@ def test_cli_refuses_two_inputs_and_a_bad_snapshot(tmp_path: Path) -> None:
     result = runner.invoke(app, ["plan", "--from-snapshot", str(bad)])
     assert result.exit_code == 1
     assert "bad.json" in result.output and "bogus" in result.output
+
+
+def test_a_pending_pod_with_a_node_selector_is_listed_not_planned() -> None:
+    snap = _snapshot({}, free_h200=True)
+    pod = PodInfo(
+        namespace="default",
+        name="pinned",
+        phase="Pending",
+        node_selector={"zone": "a"},
+        limits={"nvidia.com/mig-3g.71gb": "1"},
+    )
+    start = ps.start_from(snap.model_copy(update={"pods": (*snap.pods, pod)}))
+    assert start.input.workloads == ()
+    assert any("default/pinned: a node selector (zone)" in x for x in start.not_planned)
+
+
+def test_a_new_layout_never_takes_the_name_of_a_config_the_cluster_has() -> None:
+    snap = _snapshot({"nvidia.com/mig-3g.71gb": 2}, free_h200=True)
+    cms = []
+    for cm in snap.config_maps:
+        if cm.name == "gpu-h200-mig-config":
+            doc = yaml.safe_load(cm.data["config.yaml"])
+            doc["mig-configs"]["plan-1"] = [{"devices": "all", "mig-enabled": False}]
+            cms.append(cm.model_copy(update={"data": {"config.yaml": yaml.safe_dump(doc)}}))
+        else:
+            cms.append(cm)
+    _, change, book = _plan(snap.model_copy(update={"config_maps": tuple(cms)}))
+    (node,) = change.nodes
+    assert node.mig_config == "plan-1-2"
+    assert list(change.mig_configs) == ["plan-1-2"]
+    assert "nvidia.com/mig.config=plan-1-2" in book

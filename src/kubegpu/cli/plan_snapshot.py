@@ -19,7 +19,7 @@ The rules (docs/planner.md, "From a snapshot"):
 - the demand is the Pending pods no node holds yet, grouped by what they request:
   `nvidia.com/gpu: N` is N whole GPUs of one node, `nvidia.com/mig-<profile>: 1` one
   instance of exactly that profile; anything else (a shared or renamed resource, a DRA
-  claim, several MIG instances in one pod) is listed as not planned.
+  claim, several MIG instances in one pod, a node selector) is listed as not planned.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ class NodeStart:
     running: tuple[str, ...]  # running GPU pods (namespace/name)
     pinned: bool  # MIG instances in use whose devices are unknown: every layout kept
     mig_configmap: str  # the ConfigMap the node's MIG manager reads
+    existing: frozenset[str] = frozenset()  # the config names that ConfigMap has
 
 
 @dataclass(frozen=True)
@@ -228,8 +229,17 @@ def _node_start(
         running=tuple(sorted(p.key for p in pods)),
         pinned=pinned,
         mig_configmap=facts.mig_parted_configmap(snapshot, node),
+        existing=_config_names(snapshot, facts.mig_parted_configmap(snapshot, node)),
     )
     return fleet, start
+
+
+def _config_names(snapshot: Snapshot, cm_name: str) -> frozenset[str]:
+    cm = snapshot.config_map(cm_name)
+    if cm is None:
+        return frozenset()
+    config, _ = facts.mig_parted_config(cm.data.get("config.yaml", ""), f"configmap {cm_name}")
+    return frozenset(config.mig_configs) if config is not None else frozenset()
 
 
 def _workload_name(requests: dict[str, int]) -> str:
@@ -246,6 +256,11 @@ def _demand(pods: list[PodInfo]) -> tuple[list[Workload], dict[str, list[str]], 
         req = pod_requests(p)
         if p.claims and not req:
             skipped.append(f"pod {p.key}: DRA claims are not planned from a snapshot")
+            continue
+        if p.node_selector:
+            skipped.append(
+                f"pod {p.key}: a node selector ({', '.join(sorted(p.node_selector))}) is not planned"
+            )
             continue
         if len(req) != 1:
             skipped.append(f"pod {p.key}: requests {req}: one NVIDIA resource per pod is planned")
@@ -360,7 +375,7 @@ def change_of(start: Start, plan: Plan) -> Change:
             continue
         mig_name = n.mig_config
         if mig_name is not None:
-            mig_name = _fresh(mig_name, start)
+            mig_name = _fresh(mig_name, st)
             used_mig[mig_name] = mig_configs[n.mig_config or ""]
         dp_name, dp = device_plugin_config(n)
         plugin = None
@@ -385,9 +400,13 @@ def change_of(start: Start, plan: Plan) -> Change:
     return Change(tuple(out), used_mig, used_dp)
 
 
-def _fresh(name: str, start: Start) -> str:
-    taken = {s.mig_config for s in start.nodes.values()}
-    return name if name not in taken else f"{name}-new"
+def _fresh(name: str, st: NodeStart) -> str:
+    """The plan's config name, unless the node's ConfigMap has a config of that name."""
+    out, i = name, 1
+    while out in st.existing:
+        i += 1
+        out = f"{name}-{i}"
+    return out
 
 
 # --- the runbook ----------------------------------------------------------------------
