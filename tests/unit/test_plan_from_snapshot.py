@@ -162,3 +162,48 @@ def test_a_new_layout_never_takes_the_name_of_a_config_the_cluster_has() -> None
     assert node.mig_config == "plan-1-2"
     assert list(change.mig_configs) == ["plan-1-2"]
     assert "nvidia.com/mig.config=plan-1-2" in book
+
+
+def _owned(snap: Snapshot, owner: bool) -> Snapshot:
+    pods = tuple(
+        p.model_copy(update={"owner_kind": "ReplicaSet", "owner_name": "demo"})
+        if owner and p.node == "gpu-h200" and p.gpu_resources
+        else p
+        for p in snap.pods
+    )
+    return snap.model_copy(update={"pods": pods})
+
+
+def test_allow_evictions_releases_a_node_and_places_its_pods_again() -> None:
+    snap = _owned(_snapshot({"nvidia.com/mig-3g.71gb": 2}, free_h200=False), owner=True)
+    start, plan = ps.plan_from(snap, solver="exact", allow_evictions=True)
+    assert start.evicted == {
+        "gpu-h200": (
+            "default/demo-gpu-h200-0",
+            "default/demo-gpu-h200-1",
+            "default/demo-gpu-h200-2",
+        )
+    }
+    placed = {w.name: (w.placed, w.replicas) for w in plan.workloads}
+    assert placed["pending-mig-3g-71gb-x1"] == (2, 2)
+    assert placed["moved-mig-1g-18gb-x1"] == (3, 3)  # every evicted pod is placed again
+    change = ps.change_of(start, plan)
+    assert change.repartitioned == 1
+    book = ps.runbook(start, plan, change)
+    assert "running pods disrupted: 3" in book
+    cordon, delete, label = (
+        book.index("kubectl cordon gpu-h200"),
+        book.index("kubectl delete pod -n default demo-gpu-h200-0"),
+        book.index("kubectl label node gpu-h200 nvidia.com/mig.config="),
+    )
+    assert cordon < delete < label < book.index("kubectl uncordon gpu-h200")
+
+
+def test_without_allow_evictions_or_a_controller_no_running_pod_is_touched() -> None:
+    owned = _owned(_snapshot({"nvidia.com/mig-3g.71gb": 2}, free_h200=False), owner=True)
+    start, _ = ps.plan_from(owned, solver="exact", allow_evictions=False)
+    assert start.evicted == {}
+    bare = _owned(_snapshot({"nvidia.com/mig-3g.71gb": 2}, free_h200=False), owner=False)
+    start, plan = ps.plan_from(bare, solver="exact", allow_evictions=True)
+    assert start.evicted == {}  # a bare pod deleted would be gone
+    assert ps.change_of(start, plan).nodes == ()

@@ -143,6 +143,12 @@ def plan(
         "--kubeconfig",
         help="Like --from-snapshot, with a snapshot captured read-only from this cluster now.",
     ),
+    allow_evictions: bool = typer.Option(
+        False,
+        "--allow-evictions",
+        help="With --from-snapshot: the runbook may delete running GPU pods (controller-owned) "
+        "to repartition their node, fewest first.",
+    ),
     solver: str | None = typer.Option(
         None, "--solver", help="auto (default), exact or heuristic; overrides the file."
     ),
@@ -177,11 +183,13 @@ def plan(
     sources = sum([bool(files), from_snapshot is not None, kubeconfig is not None])
     if sources != 1:
         fail("give exactly one of --file, --from-snapshot or --kubeconfig", code=2)
-    start = None
+    start = snap_plan = None
+    if allow_evictions and from_snapshot is None and kubeconfig is None:
+        fail("--allow-evictions is for --from-snapshot or --kubeconfig", code=2)
     if from_snapshot is not None or kubeconfig is not None:
         if api != "device-plugin":
             fail("--from-snapshot plans device-plugin resources only (--api device-plugin)", code=2)
-        start = _snapshot_start(from_snapshot, kubeconfig, solver)
+        start, snap_plan = _snapshot_start(from_snapshot, kubeconfig, solver, allow_evictions)
         inp = start.input
     else:
         try:
@@ -199,7 +207,7 @@ def plan(
         fail(f"--out {out}: is a file; give a directory (it is created if missing)")
     method: Literal["auto", "exact", "heuristic"] | None = solver  # type: ignore[assignment]
     try:
-        result = make_plan(inp, solver=method)
+        result = snap_plan if snap_plan is not None else make_plan(inp, solver=method)
     except ValueError as exc:
         fail(str(exc))
     dra: DraPlan | None = None
@@ -272,7 +280,8 @@ def plan(
         if change is not None and start is not None:
             console.print(
                 f"change: {len(change.nodes)} nodes relabelled, {change.repartitioned} GPUs "
-                "repartitioned, 0 running pods disrupted"
+                f"repartitioned, {sum(len(p) for p in start.evicted.values())} running pods "
+                "disrupted"
             )
             for line in start.not_planned:
                 console.print(f"[yellow]not planned[/yellow] {line}", soft_wrap=True)
@@ -292,8 +301,8 @@ def plan(
 
 
 def _snapshot_start(
-    path: Path | None, kubeconfig: Path | None, solver: str | None
-) -> plan_snapshot.Start:
+    path: Path | None, kubeconfig: Path | None, solver: str | None, allow_evictions: bool
+) -> tuple[plan_snapshot.Start, Plan]:
     """The planner's starting point from a snapshot file or a read-only capture."""
     import httpx2
     from lightkube.core.exceptions import ApiError, ConfigError
@@ -307,7 +316,9 @@ def _snapshot_start(
     except (ApiError, ConfigError, OSError, httpx2.HTTPError) as exc:
         fail(f"cannot read the cluster: {exc}")
     try:
-        return plan_snapshot.start_from(snap, solver=solver or "auto")
+        return plan_snapshot.plan_from(
+            snap, solver=solver or "auto", allow_evictions=allow_evictions
+        )
     except (plan_snapshot.SnapshotPlanError, ValueError) as exc:
         fail(f"{path or 'the cluster'}: {exc}")
 

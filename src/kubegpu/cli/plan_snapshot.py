@@ -19,14 +19,17 @@ The rules (docs/planner.md, "From a snapshot"):
 - the demand is the Pending pods no node holds yet, grouped by what they request:
   `nvidia.com/gpu: N` is N whole GPUs of one node, `nvidia.com/mig-<profile>: 1` one
   instance of exactly that profile; anything else (a shared or renamed resource, a DRA
-  claim, several MIG instances in one pod, a node selector) is listed as not planned.
+  claim, several MIG instances in one pod, a node selector) is listed as not planned;
+- `--allow-evictions` (`plan_from`): while Pending pods are left, nodes are released one at
+  a time, fewest running GPU pods first, their pods planned again ahead of any Pending pod;
+  a release is kept only when it places more Pending pods and every moved pod.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -34,7 +37,7 @@ import yaml
 from kubegpu.catalog import GpuModel, nvidia
 from kubegpu.doctor import facts
 from kubegpu.doctor.snapshot import NodeInfo, PodInfo, Snapshot
-from kubegpu.plan import Plan
+from kubegpu.plan import Plan, make_plan
 from kubegpu.plan.emit import assign_configs, device_plugin_config
 from kubegpu.plan.inputs import (
     Current,
@@ -80,6 +83,10 @@ class Start:
     not_planned: tuple[str, ...] = ()  # pods and nodes left out, with why
     plugin_configmap: str | None = None
     cluster_strategy: str = ""  # the ClusterPolicy's spec.mig.strategy
+    # --allow-evictions: nodes whose running GPU pods are deleted (their controllers make
+    # them again) so that the node may be repartitioned, and the workloads they become
+    evicted: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    moved: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _count(text: str) -> int:
@@ -242,13 +249,15 @@ def _config_names(snapshot: Snapshot, cm_name: str) -> frozenset[str]:
     return frozenset(config.mig_configs) if config is not None else frozenset()
 
 
-def _workload_name(requests: dict[str, int]) -> str:
+def _workload_name(requests: dict[str, int], prefix: str = "pending") -> str:
     ((res, n),) = requests.items()
     text = res.removeprefix(nvidia.PREFIX)
-    return re.sub(r"[^a-z0-9]+", "-", f"pending-{text}-x{n}".lower()).strip("-")[:63]
+    return re.sub(r"[^a-z0-9]+", "-", f"{prefix}-{text}-x{n}".lower()).strip("-")[:63]
 
 
-def _demand(pods: list[PodInfo]) -> tuple[list[Workload], dict[str, list[str]], list[str]]:
+def _demand(
+    pods: list[PodInfo], prefix: str = "pending", priority: float = 1.0
+) -> tuple[list[Workload], dict[str, list[str]], list[str]]:
     groups: dict[str, list[str]] = {}
     asks: dict[str, dict[str, int]] = {}
     skipped: list[str] = []
@@ -272,24 +281,42 @@ def _demand(pods: list[PodInfo]) -> tuple[list[Workload], dict[str, list[str]], 
         if res != GPU and not res.startswith(MIG_PREFIX):
             skipped.append(f"pod {p.key}: resource {res} is not planned (only {GPU}, mig-*)")
             continue
-        name = _workload_name(req)
+        name = _workload_name(req, prefix)
         groups.setdefault(name, []).append(p.key)
         asks[name] = req
     workloads = []
     for name, keys in sorted(groups.items()):
         ((res, n),) = asks[name].items()
         if res == GPU:
-            w = Workload(name=name, replicas=len(keys), memory="1MiB", kind="training", gpus=n)
+            w = Workload(
+                name=name,
+                replicas=len(keys),
+                memory="1MiB",
+                kind="training",
+                gpus=n,
+                priority=priority,
+            )
         else:
             w = Workload(
-                name=name, replicas=len(keys), memory="1MiB", profile=res.removeprefix(MIG_PREFIX)
+                name=name,
+                replicas=len(keys),
+                memory="1MiB",
+                profile=res.removeprefix(MIG_PREFIX),
+                priority=priority,
             )
         workloads.append(w)
     return workloads, groups, skipped
 
 
-def start_from(snapshot: Snapshot, *, solver: str = "auto", time_limit: float = 30.0) -> Start:
-    """The fleet as it runs now and the Pending GPU pods as the demand."""
+def start_from(
+    snapshot: Snapshot,
+    *,
+    solver: str = "auto",
+    time_limit: float = 30.0,
+    evict: frozenset[str] = frozenset(),
+) -> Start:
+    """The fleet as it runs now and the Pending GPU pods as the demand; on the nodes in
+    `evict`, the running GPU pods become demand too (placed before any Pending pod)."""
     workload_pods = snapshot.workload_pods
     by_node: dict[str, list[PodInfo]] = {}
     for p in workload_pods:
@@ -298,10 +325,15 @@ def start_from(snapshot: Snapshot, *, solver: str = "auto", time_limit: float = 
     fleet: list[FleetNode] = []
     nodes: dict[str, NodeStart] = {}
     skipped: list[str] = []
+    moved_pods: list[PodInfo] = []
     for node in snapshot.nodes:
         if not facts.is_gpu_node(node):
             continue
-        made = _node_start(snapshot, node, by_node.get(node.name, []))
+        running = by_node.get(node.name, [])
+        if node.name in evict:
+            moved_pods += [_as_pending(node, p) for p in running]
+            running = []
+        made = _node_start(snapshot, node, running)
         if isinstance(made, str):
             skipped.append(made)
             continue
@@ -310,20 +342,75 @@ def start_from(snapshot: Snapshot, *, solver: str = "auto", time_limit: float = 
     if not fleet:
         raise SnapshotPlanError("the snapshot has no GPU node the planner can use")
     workloads, groups, skipped_pods = _demand([p for p in workload_pods if is_pending(p)])
+    # a moved pod outweighs any Pending one: evicting it must never leave it unplaced
+    moved, moved_groups, moved_skipped = _demand(moved_pods, "moved", priority=1000.0)
     inp = PlanInput(
         fleet=tuple(fleet),
-        workloads=tuple(workloads),
+        workloads=tuple(workloads + moved),
         options=Options(solver=solver, mig_strategy="mixed", time_limit=time_limit),
     )
     return Start(
         input=inp,
         nodes=nodes,
         pending={k: tuple(v) for k, v in groups.items()},
-        requests={w.name: _request_of(w) for w in workloads},
-        not_planned=tuple(skipped + skipped_pods),
+        requests={w.name: _request_of(w) for w in workloads + moved},
+        not_planned=tuple(skipped + skipped_pods + moved_skipped),
         plugin_configmap=facts.plugin_configmap(snapshot)[0],
         cluster_strategy=str(facts.spec_at(snapshot.cluster_policy, "mig", "strategy") or ""),
+        evicted={
+            n: tuple(sorted(p.key for p in by_node.get(n, []))) for n in sorted(evict) if n in nodes
+        },
+        moved={k: tuple(v) for k, v in moved_groups.items()},
     )
+
+
+def _as_pending(node: NodeInfo, pod: PodInfo) -> PodInfo:
+    """A running pod as the Pending pod its controller makes after the eviction, asking
+    what it holds now (`nvidia.com/gpu` under `single` with MIG on: that profile)."""
+    single = _single_profile(node)
+    req = {
+        (f"{MIG_PREFIX}{single}" if k == GPU and single else k): str(n)
+        for k, n in pod_requests(pod).items()
+    }
+    return pod.model_copy(update={"node": "", "phase": "Pending", "requests": req, "limits": req})
+
+
+def evictable(snapshot: Snapshot, node: str) -> list[PodInfo] | None:
+    """The running GPU pods on `node`, if a controller makes each again once deleted (a
+    bare pod deleted is gone: such a node is never a candidate)."""
+    pods = [p for p in snapshot.workload_pods if is_running(p) and p.node == node]
+    return pods if pods and all(p.owner_kind for p in pods) else None
+
+
+def plan_from(
+    snapshot: Snapshot, *, solver: str = "auto", allow_evictions: bool = False
+) -> tuple[Start, Plan]:
+    """The plan that disrupts no running pod; with `allow_evictions`, while Pending pods
+    are left, nodes are released one at a time, fewest running GPU pods first, and a
+    release is kept only when it places more Pending pods and every moved pod."""
+    start = start_from(snapshot, solver=solver)
+    plan = make_plan(start.input)
+    if not allow_evictions or _left(start, plan) == 0:
+        return start, plan
+    candidates = sorted(
+        (len(pods), n.name)
+        for n in snapshot.nodes
+        if n.name in start.nodes and (pods := evictable(snapshot, n.name)) is not None
+    )
+    evict: frozenset[str] = frozenset()
+    for _, name in candidates:
+        trial = start_from(snapshot, solver=solver, evict=evict | {name})
+        tplan = make_plan(trial.input)
+        moved_left = sum(w.left for w in tplan.workloads if w.name in trial.moved)
+        if moved_left == 0 and _left(trial, tplan) < _left(start, plan):
+            start, plan, evict = trial, tplan, evict | {name}
+            if _left(start, plan) == 0:
+                break
+    return start, plan
+
+
+def _left(start: Start, plan: Plan) -> int:
+    return sum(w.left for w in plan.workloads if w.name in start.pending)
 
 
 def _request_of(w: Workload) -> dict[str, int]:
@@ -371,7 +458,7 @@ def change_of(start: Start, plan: Plan) -> Change:
             want = tuple(sorted((p, k) for p, k in g.mig.items() if k)) if g.mig_enabled else None
             if now != want:
                 moved.append(g.index)
-        if not moved:
+        if not moved and n.name not in start.evicted:
             continue
         mig_name = n.mig_config
         if mig_name is not None:
@@ -424,7 +511,8 @@ def runbook(start: Start, plan: Plan, change: Change, namespace: str = "gpu-oper
         lines.append(f"- {name}: {placed.get(name, 0)} of {len(pods)} Pending pods placed")
     lines += [
         "",
-        f"GPUs repartitioned: {change.repartitioned}; running pods disrupted: 0.",
+        f"GPUs repartitioned: {change.repartitioned}; running pods disrupted: "
+        f"{sum(len(p) for p in start.evicted.values())}.",
         "",
     ]
     if not change.nodes:
@@ -468,10 +556,24 @@ def runbook(start: Start, plan: Plan, change: Change, namespace: str = "gpu-oper
         step += 1
         lines += [
             f"## {step}. node {c.node}: GPUs {', '.join(map(str, c.repartitioned))} repartitioned"
-            " (no running pod on them)",
+            + (
+                " (its running GPU pods evicted first)"
+                if c.node in start.evicted
+                else " (no running pod on them)"
+            ),
             "",
             "```bash",
         ]
+        evicted = start.evicted.get(c.node, ())
+        if evicted:
+            lines.append(
+                f"# --allow-evictions: {len(evicted)} running GPU pods are deleted here; "
+                "their controllers make them again and the plan places them"
+            )
+            lines.append(f"kubectl cordon {c.node}")
+            lines += [
+                f"kubectl delete pod -n {k.split('/')[0]} {k.split('/')[1]} --wait" for k in evicted
+            ]
         if c.plugin_config:
             lines.append(
                 f"kubectl label node {c.node} {nvidia.DEVICE_PLUGIN_CONFIG}={c.plugin_config} --overwrite"
@@ -487,6 +589,8 @@ def runbook(start: Start, plan: Plan, change: Change, namespace: str = "gpu-oper
             lines.append(
                 f"kubectl wait node/{c.node} --for=jsonpath='{{.status.allocatable.{_jsonpath_key(res)}}}'={n} --timeout=5m"
             )
+        if evicted:
+            lines.append(f"kubectl uncordon {c.node}")
         lines += ["```", ""]
     step += 1
     lines += [
