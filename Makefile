@@ -44,7 +44,7 @@ demo-dra: install kubernetes
 	$(BIN)/kubegpu operator demo --dra
 
 lint: install
-	$(BIN)/ruff check src tests bench scripts/catalog-from-reference
+	$(BIN)/ruff check src tests bench scripts/catalog-from-reference scripts/image-sbom scripts/image-index
 	$(BIN)/ruff format --check src tests bench
 
 typecheck: install

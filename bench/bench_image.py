@@ -59,7 +59,8 @@ def run() -> int:
     if times.exists():
         print("build time:", ", ".join(times.read_text().split("\n")).strip(", "))
     print("\ndist/ artefacts:")
-    for path in sorted(p for p in DIST.rglob("*") if p.is_file() and "blobs" not in p.parts):
+    artefacts = [*DIST.glob("*"), *(DIST / "release").glob("*")]
+    for path in sorted(p for p in artefacts if p.is_file()):
         print(f"  {path.stat().st_size / MIB:>8.1f} MiB  {path.relative_to(DIST)}")
     return 1 if over else 0
 
