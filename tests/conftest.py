@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import hang_watchdog
 from kubegpu.nvml.sim import SimNvml
 
 
@@ -21,3 +22,11 @@ def sim_node(tmp_path: Path) -> Callable[[str], SimNvml]:
         return SimNvml.create(tmp_path / f"node{count}.json", spec)
 
     return make
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    hang_watchdog.pytest_configure(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    hang_watchdog.pytest_unconfigure(config)

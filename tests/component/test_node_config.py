@@ -14,7 +14,7 @@ from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 
-from kubegpu.node.config import NodeConfig
+from kubegpu.node.config import Applied, ConfigCycle, NodeConfig, Unreadable
 from kubegpu.sharing.config import PluginConfig, SharingConfigError
 from kubegpu.sharing.config_source import CONFIG_LABEL, ConfigSource
 
@@ -198,3 +198,68 @@ def test_a_config_option_the_other_options_make_moot_is_warned_about(
     caplog.clear()
     NodeConfig(ConfigSource(config_dir=Path("d"), default_config="ts2"))
     assert caplog.text == ""
+
+
+# -- the config cycle the device plugin and the MPS daemon share ----------------------------
+
+
+class Reads:
+    """What `ConfigCycle` calls to read the GPUs: counts its calls, fails while told to."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.fail: Exception | None = None
+
+    def __call__(self, config: PluginConfig) -> int:
+        self.calls += 1
+        if self.fail is not None:
+            raise self.fail
+        return replicas(config)
+
+
+def test_the_cycle_applies_a_choice_once_and_again_when_forced(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(TS2)
+    reads = Reads()
+    cycle = ConfigCycle(NodeConfig(ConfigSource(config_file=path)), reads, "Rejected")
+    first = cycle.step(keeping="keeping nothing")
+    assert isinstance(first, Applied) and first.read == 2 and first.choice.source == str(path)
+    assert cycle.step(keeping="-") is None and reads.calls == 1
+    assert isinstance(cycle.step(keeping="-", force=True), Applied) and reads.calls == 2
+    path.write_text(TS4)
+    changed = cycle.step(keeping="-")
+    assert isinstance(changed, Applied) and changed.read == 4
+
+
+def test_the_cycle_refuses_a_config_the_node_cannot_run_and_says_what_is_kept(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(TS2)
+    node_config = NodeConfig(ConfigSource(config_file=path))
+    reads = Reads()
+    cycle = ConfigCycle(node_config, reads, "SomethingRejected")
+    assert isinstance(cycle.step(keeping="-"), Applied)
+    path.write_text("version: v1\nflags: {migStrategy: sometimes}\n")
+    assert cycle.step(keeping="keeping the old one") is None
+    assert cycle.rejection is not None and "sometimes" in cycle.rejection
+    kind, reason, message = node_config.events[-1]
+    assert (kind, reason) == ("Warning", "SomethingRejected")
+    assert message.endswith("; keeping the old one")
+    assert cycle.step(keeping="-") is None and reads.calls == 1  # refused once, not each round
+    path.write_text(TS4)
+    assert isinstance(cycle.step(keeping="-"), Applied) and cycle.rejection is None
+
+
+def test_a_gpu_read_failure_is_retried_next_round_and_said_once(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(TS2)
+    reads = Reads()
+    reads.fail = RuntimeError("GPU fell off the bus")
+    cycle = ConfigCycle(NodeConfig(ConfigSource(config_file=path)), reads, "Rejected")
+    first, second = cycle.step(keeping="-"), cycle.step(keeping="-")
+    assert isinstance(first, Unreadable) and first.first
+    assert first.message == "RuntimeError: GPU fell off the bus"
+    assert isinstance(second, Unreadable) and not second.first  # the same fault: not new
+    reads.fail = None
+    assert isinstance(cycle.step(keeping="-"), Applied) and cycle.read_fault is None

@@ -13,11 +13,15 @@ log = logging.getLogger(__name__)
 STOP_WAIT_S = 15.0
 
 
-def start_kept(tasks: list[asyncio.Task[None]], coro: Coroutine[Any, Any, None]) -> None:
+def start_kept(
+    tasks: list[asyncio.Task[None]], coro: Coroutine[Any, Any, None], name: str | None = None
+) -> asyncio.Task[None]:
     """Start `coro` as a task kept in `tasks` (for `cancel_all`), forgetting the ones that
     have ended, so a list fed for an object's whole life does not grow without bound."""
     tasks[:] = [t for t in tasks if not t.done()]
-    tasks.append(asyncio.create_task(coro))
+    task = asyncio.create_task(coro, name=name)
+    tasks.append(task)
+    return task
 
 
 async def cancel_all(tasks: list[asyncio.Task[None]], wait_s: float = STOP_WAIT_S) -> None:
@@ -43,3 +47,21 @@ async def bounded_stop(stop: Awaitable[object], what: str, wait_s: float = STOP_
         await asyncio.wait_for(stop, wait_s)
     except TimeoutError:
         log.warning("%s did not stop in %.0fs; going on without it", what, wait_s)
+
+
+async def finish_even_if_cancelled(cleanup: Coroutine[Any, Any, None]) -> None:
+    """Run a component's cleanup to its end even when the task running it is cancelled
+    meanwhile: a hurried shutdown cancels again while the first cancellation unwinds, and a
+    cleanup cut short leaves threads and servers running. The cancellation is raised once
+    the cleanup is done."""
+    task = asyncio.ensure_future(cleanup)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    task.result()

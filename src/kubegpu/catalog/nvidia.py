@@ -80,6 +80,8 @@ CDI_PLUGIN_VENDOR = "k8s.device-plugin.nvidia.com"
 CDI_PLUGIN_KIND = f"{CDI_PLUGIN_VENDOR}/gpu"  # devices the device plugin hands out
 CDI_MANAGEMENT_KIND = "management.nvidia.com/gpu"  # every GPU, for management containers
 CDI_RUNTIME_KIND = "nvidia.com/gpu"  # the container toolkit's own spec
+CDI_SPEC_DIR = "/var/run/cdi"  # where specs written at run time go (CDI's dynamic directory)
+CDI_STATIC_SPEC_DIR = "/etc/cdi"  # where installed specs go (CDI's static directory)
 
 # --- DRA driver (dcgm-dra.md section 2) -----------------------------------------------------
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from kubegpu.catalog import nvidia
 from kubegpu.cli.options import (
     CONFIG_DIR_OPTION,
     CONFIG_FILE_OPTION,
@@ -89,7 +90,7 @@ def device_plugin(
         help="Where the plugin sockets go (default: the kubelet socket's directory).",
     ),
     cdi_root: str = typer.Option(
-        "/var/run/cdi",
+        nvidia.CDI_SPEC_DIR,
         "--cdi-root",
         envvar="CDI_ROOT",
         help="Where the CDI spec is written; empty: none.",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from kubegpu.catalog import nvidia
 from kubegpu.cli.options import (
     KUBECONFIG_OPTION,
     LOG_LEVEL_OPTION,
@@ -38,7 +39,7 @@ def dra_plugin(
         "and the checkpoint.",
     ),
     cdi_root: Path = typer.Option(
-        Path("/var/run/cdi"), "--cdi-root", envvar="CDI_ROOT", help="Where claim CDI specs go."
+        Path(nvidia.CDI_SPEC_DIR), "--cdi-root", envvar="CDI_ROOT", help="Where claim CDI specs go."
     ),
     device_plugin_dir: str = typer.Option(
         DEVICE_PLUGIN_PATH,

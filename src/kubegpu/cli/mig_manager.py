@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from kubegpu.catalog import nvidia
 from kubegpu.cli.options import (
     KUBECONFIG_PATH_OPTION,
     NVML_OPTION,
@@ -15,6 +16,7 @@ from kubegpu.cli.options import (
     fail,
     kubeconfig_text,
 )
+from kubegpu.kube.kubelet import POD_RESOURCES_SOCKET
 from kubegpu.mig_manager import DEFAULT_OPERANDS, MigManagerSettings
 from kubegpu.mig_manager.program import MigManagerProgram
 from kubegpu.node.gpus import gpu_backend
@@ -75,9 +77,9 @@ def mig_manager(
         envvar="CDI_ENABLED",
         help="Rewrite the management CDI spec after each change.",
     ),
-    cdi_dir: Path = typer.Option(Path("/var/run/cdi"), "--cdi-dir", envvar="CDI_DIR"),
+    cdi_dir: Path = typer.Option(Path(nvidia.CDI_SPEC_DIR), "--cdi-dir", envvar="CDI_DIR"),
     pod_resources_socket: str = typer.Option(
-        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        POD_RESOURCES_SOCKET,
         "--pod-resources-socket",
         envvar="POD_RESOURCES_SOCKET",
         help="The kubelet's pod-resources API, to see which pods hold GPUs ('' to not check).",

@@ -21,6 +21,7 @@ from kubegpu.cli.options import (
 from kubegpu.node.gpus import gpu_backend
 from kubegpu.node.runtime import run
 from kubegpu.validator import COMPONENTS, DEFAULT_OUTPUT_DIR, ValidatorSettings, program
+from kubegpu.validator.checks import DEFAULT_CDI_DIRS
 
 app = typer.Typer(
     help="Validate a GPU node and write the ready files other operands wait on.",
@@ -60,7 +61,7 @@ def check(
         Path("/driver-root"), "--container-driver-root", envvar="DRIVER_ROOT_CTR_PATH"
     ),
     cdi_dir: list[Path] = typer.Option(
-        [Path("/var/run/cdi"), Path("/etc/cdi")], "--cdi-dir", help="Where CDI specs are."
+        list(DEFAULT_CDI_DIRS), "--cdi-dir", help="Where CDI specs are."
     ),
     image: str | None = typer.Option(
         None, "--image", envvar="VALIDATOR_IMAGE", help="Workload pods' image."

@@ -42,6 +42,11 @@ class EventReader:
     def start(self) -> None:
         self._thread.start()
 
+    def request_stop(self) -> None:
+        """Tell the thread to end, without waiting: safe on the event loop, and what a
+        cancelled `stop` still leaves done."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():

@@ -26,13 +26,13 @@ from typing import Any
 
 from lightkube import AsyncClient
 
-from kubegpu.kube.nodes import NORMAL, WARNING
-from kubegpu.node.config import NodeConfig
+from kubegpu.kube.nodes import NORMAL
+from kubegpu.node.config import ConfigCycle, NodeConfig, Unreadable
 from kubegpu.node.mps import LIMITS_FILE, MpsBackend, RecordingMps, SystemMps, commands
-from kubegpu.nvml import Nvml, NvmlError
-from kubegpu.sharing.config import SharingConfigError
+from kubegpu.nvml import Nvml
+from kubegpu.sharing.config import PluginConfig
 from kubegpu.sharing.config_source import ConfigSource
-from kubegpu.sharing.devices import StrategyError, advertise
+from kubegpu.sharing.devices import advertise
 from kubegpu.sharing.facts import read_gpus
 from kubegpu.sharing.mps import MpsResource, mps_resources
 
@@ -83,12 +83,15 @@ class MpsControlDaemon:
             component=COMPONENT,
         )
         self.running: dict[str, MpsResource] = {}
-        self.rejection: str | None = None
         self.ready = asyncio.Event()
-        self._choice_key: object = None
+        self._cycle = ConfigCycle(self.node, self._wanted, "MpsConfigRejected")
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._read_fault: str | None = None  # why the GPUs cannot be read, logged once
+
+    @property
+    def rejection(self) -> str | None:
+        """Why the latest config choice was refused, if it was."""
+        return self._cycle.rejection
 
     def _dir(self, resource: str) -> Path:
         return self.options.mps_root / resource
@@ -118,31 +121,19 @@ class MpsControlDaemon:
         self._stopping.set()
         self._wake.set()
 
+    def _wanted(self, config: PluginConfig) -> dict[str, MpsResource]:
+        gpus = read_gpus(self.nvml)
+        return {r.key: r for r in mps_resources(gpus, config, advertise(gpus, config))}
+
     def _apply(self) -> None:
-        choice = self.node.choose()
-        if choice.key == self._choice_key:
+        outcome = self._cycle.step(keeping="MPS daemons unchanged")
+        if isinstance(outcome, Unreadable):  # said once; tried again next round
+            if outcome.first:
+                log.error("cannot read the GPUs: %s", outcome.message)
             return
-        self._choice_key = choice.key
-        try:
-            config = self.node.load(choice)
-            gpus = read_gpus(self.nvml)
-            wanted = {r.key: r for r in mps_resources(gpus, config, advertise(gpus, config))}
-        except (SharingConfigError, StrategyError) as exc:
-            message = str(exc) if isinstance(exc, SharingConfigError) else f"{choice.source}: {exc}"
-            self.rejection = message
-            self.node.report(WARNING, "MpsConfigRejected", f"{message}; MPS daemons unchanged")
+        if outcome is None:
             return
-        except Exception as exc:  # the GPU layer failed: try again next round, say so once
-            self._choice_key = None
-            message = str(exc) if isinstance(exc, NvmlError) else f"{type(exc).__name__}: {exc}"
-            if message != self._read_fault:
-                log.error("cannot read the GPUs: %s", message)
-            self._read_fault = message
-            return
-        if self._read_fault is not None:
-            log.info("the GPUs can be read again")
-            self._read_fault = None
-        self.rejection = None
+        wanted = outcome.read
         for name in [n for n, r in self.running.items() if wanted.get(n) != r]:
             self._stop(self.running.pop(name))
         for name, resource in wanted.items():

@@ -35,19 +35,26 @@ from typing import Any
 import grpc
 from lightkube import AsyncClient
 
+from kubegpu.base.tasks import cancel_all, finish_even_if_cancelled, start_kept
+from kubegpu.catalog import nvidia
 from kubegpu.device_plugin.annotate import PodAnnotator
 from kubegpu.device_plugin.discovery import NodeFacts, read_node
 from kubegpu.device_plugin.health import EventReader
 from kubegpu.device_plugin.server import ResourceServer, ResourceState
-from kubegpu.kube.kubelet import DEVICE_PLUGIN_PATH, KUBELET_SOCKET, REGISTRATION_SOCKET
+from kubegpu.kube.kubelet import (
+    DEVICE_PLUGIN_PATH,
+    KUBELET_SOCKET,
+    POD_RESOURCES_PATH,
+    REGISTRATION_SOCKET,
+)
 from kubegpu.kube.nodes import NORMAL, WARNING
-from kubegpu.node.config import NodeConfig
+from kubegpu.node.config import ConfigCycle, NodeConfig, Unreadable, fault_text
 from kubegpu.nvml import EventType, GpuEvent, Nvml, NvmlError
 from kubegpu.sharing.allocate import settings_for
 from kubegpu.sharing.cdi import SPEC_FILE, cdi_spec
-from kubegpu.sharing.config import PluginConfig, SharingConfigError
+from kubegpu.sharing.config import PluginConfig
 from kubegpu.sharing.config_source import ConfigSource
-from kubegpu.sharing.devices import Advertised, Device, StrategyError, advertise
+from kubegpu.sharing.devices import Advertised, Device, advertise
 from kubegpu.sharing.health import HealthBook, Scope, XidPolicy
 from kubegpu.sharing.isolation import Isolation, allocation_isolation
 
@@ -59,7 +66,7 @@ REASON_REJECTED = "DevicePluginConfigRejected"
 REASON_UNHEALTHY = "GpuUnhealthy"
 REASON_RECOVERED = "GpuRecovered"
 MPS_STARTED = ".started"
-POD_RESOURCES_DIR = "pod-resources"
+POD_RESOURCES_DIR = Path(POD_RESOURCES_PATH).name  # "pod-resources", beside device-plugins/
 
 
 @dataclass
@@ -73,7 +80,7 @@ class PluginOptions:
     overrides: Mapping[str, Any] = field(default_factory=dict)  # flag/env values over files
     plugin_dir: Path = Path(DEVICE_PLUGIN_PATH)
     kubelet_socket: Path | None = Path(REGISTRATION_SOCKET)  # None: serve, do not register
-    cdi_root: Path | None = Path("/var/run/cdi")  # None: write no CDI spec
+    cdi_root: Path | None = Path(nvidia.CDI_SPEC_DIR)  # None: write no CDI spec
     driver_root: Path = Path("/")  # where this process sees the driver root (MIG caps)
     health_recovery_s: float = 300.0  # 0: unhealthy until restart, as upstream
     xid_policy: XidPolicy = field(default_factory=XidPolicy)
@@ -101,14 +108,13 @@ class DevicePlugin:
         )
         self.config: PluginConfig | None = None  # the config being served
         self.source: str | None = None  # where it came from
-        self.rejection: str | None = None  # why the latest choice was refused, if it was
         self.facts: NodeFacts | None = None
         self.advertised: Advertised | None = None
         self.servers: dict[str, ResourceServer] = {}
         self.book = HealthBook(options.health_recovery_s)
         self.ready = asyncio.Event()  # set after the first config was applied or refused
         self.applied = 0  # configs applied so far
-        self._choice_key: object = None
+        self._cycle = ConfigCycle(self.node, self._read, REASON_REJECTED)
         self._force = False
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -116,9 +122,8 @@ class DevicePlugin:
         self._retry_at: dict[str, float] = {}
         self._waiting_for_mps: set[str] = set()
         self._lock = asyncio.Lock()
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: list[asyncio.Task[None]] = []
         self._events_fault: str | None = None  # why GPU events cannot be read, while so
-        self._read_fault: str | None = None  # why the GPUs could not be read, while so
         self._probe_faults: dict[Scope, str] = {}  # recovery probes that failed, logged once
         self.annotator: PodAnnotator | None = None
         socket = options.pod_resources_socket
@@ -131,7 +136,7 @@ class DevicePlugin:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         reader = None
-        control = None
+        control: list[asyncio.Task[None]] = []
         try:
             await self.node.start(self._wake)
             if self.options.xid_policy.active:
@@ -150,21 +155,24 @@ class DevicePlugin:
             self.ready.set()
             if self.annotator is not None:
                 self._in_background(self.annotator.run())
-            control = asyncio.create_task(self._control(), name="device-plugin-control")
+            start_kept(control, self._control(), name="device-plugin-control")
             await self._stopping.wait()
         finally:
-            if control is not None:
-                control.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await control
             if reader is not None:
-                await asyncio.to_thread(reader.stop)
-            for task in list(self._background):
-                task.cancel()
-            for server in self.servers.values():
-                await server.stop()
-            await self.node.stop()
-            log.info("device plugin stopped")
+                reader.request_stop()  # at once: the thread ends even if all else is cut
+            await finish_even_if_cancelled(self._shutdown(control, reader))
+
+    async def _shutdown(
+        self, control: list[asyncio.Task[None]], reader: EventReader | None
+    ) -> None:
+        await cancel_all(control)
+        if reader is not None:
+            await asyncio.to_thread(reader.stop)
+        await cancel_all(self._background)
+        for server in self.servers.values():
+            await server.stop()
+        await self.node.stop()
+        log.info("device plugin stopped")
 
     def describe(self, device_ids: Sequence[str]) -> list[Isolation]:
         """What the devices give (`sharing.isolation`), under the config being served."""
@@ -229,29 +237,25 @@ class DevicePlugin:
         return (st.st_ino, st.st_mtime_ns)
 
     # -- config ------------------------------------------------------------------------------
+    @property
+    def rejection(self) -> str | None:
+        """Why the latest config choice was refused, if it was."""
+        return self._cycle.rejection
+
+    def _read(self, config: PluginConfig) -> tuple[NodeFacts, Advertised]:
+        facts = read_node(self.nvml, self.options.driver_root)
+        return facts, advertise(facts.gpus, config)
+
     async def _apply(self, *, force: bool) -> None:
-        choice = self.node.choose()
-        if not force and choice.key == self._choice_key:
+        keeping = f"keeping {self.source}" if self.source else "advertising nothing"
+        outcome = self._cycle.step(keeping=keeping, force=force)
+        if isinstance(outcome, Unreadable):
+            self._gpus_unreadable(outcome)
             return
-        self._choice_key = choice.key
-        try:
-            config = self.node.load(choice)
-            facts = read_node(self.nvml, self.options.driver_root)
-            advertised = advertise(facts.gpus, config)
-        except (SharingConfigError, StrategyError) as exc:
-            message = str(exc) if isinstance(exc, SharingConfigError) else f"{choice.source}: {exc}"
-            self.rejection = message
-            keeping = f"keeping {self.source}" if self.source else "advertising nothing"
-            self.node.report(WARNING, REASON_REJECTED, f"{message}; {keeping}")
+        if outcome is None:
             return
-        except Exception as exc:  # the GPU layer failed: NVML's error or any other
-            self._choice_key = None  # try again next round
-            self._gpus_unreadable(exc)
-            return
-        if self._read_fault is not None:
-            log.info("the GPUs can be read again")
-            self._read_fault = None
-        self.rejection = None
+        config, choice = outcome.config, outcome.choice
+        facts, advertised = outcome.read
         self.config, self.source, self.facts, self.advertised = (
             config,
             choice.source,
@@ -370,14 +374,12 @@ class DevicePlugin:
         self.node.report(WARNING, REASON_UNHEALTHY, f"{where}: {what}; its devices are unhealthy")
         self._in_background(self._refresh_health())
 
-    def _gpus_unreadable(self, exc: Exception) -> None:
+    def _gpus_unreadable(self, fault: Unreadable) -> None:
         """The GPUs cannot be read (config apply): every known GPU is unhealthy; said once."""
-        message = _fault_text(exc)
-        if message != self._read_fault:
-            log.error("cannot read the GPUs: %s; marking every GPU unhealthy", message)
-            if not isinstance(exc, NvmlError):
-                log.debug("reading the GPUs", exc_info=exc)
-        self._read_fault = message
+        if fault.first:
+            log.error("cannot read the GPUs: %s; marking every GPU unhealthy", fault.message)
+            if not isinstance(fault.error, NvmlError):
+                log.debug("reading the GPUs", exc_info=fault.error)
         if self._mark_all_unhealthy():
             self._in_background(self._refresh_health())
 
@@ -393,7 +395,7 @@ class DevicePlugin:
     def _on_event_error(self, exc: Exception) -> None:
         """Called on every failed event wait: the fault's time stays fresh (no recovery
         while it lasts) but it is logged, and reported, only when it starts."""
-        message = _fault_text(exc)
+        message = fault_text(exc)
         new = self._mark_all_unhealthy()
         if self._events_fault is None:
             self.node.report(
@@ -415,9 +417,7 @@ class DevicePlugin:
         self._events_fault = None
 
     def _in_background(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        start_kept(self._background, coro)
 
     async def _refresh_health(self) -> None:
         if self.advertised is None:
@@ -434,7 +434,7 @@ class DevicePlugin:
             try:
                 self.nvml.device(scope[0])
             except Exception as exc:  # any failure to read the GPU: it stays unhealthy
-                message = _fault_text(exc)
+                message = fault_text(exc)
                 if self._probe_faults.get(scope) != message:
                     log.info("GPU %d not recovered yet: %s", scope[0], message)
                 self._probe_faults[scope] = message
@@ -458,10 +458,3 @@ class DevicePlugin:
 
     def unhealthy(self) -> dict[str, set[str]]:
         return {n: set(s.state.unhealthy) for n, s in self.servers.items() if s.state.unhealthy}
-
-
-def _fault_text(exc: Exception) -> str:
-    """One line for a GPU-layer failure: NVML's own words, else the exception's kind too."""
-    if isinstance(exc, NvmlError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"

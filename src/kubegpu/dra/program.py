@@ -53,7 +53,7 @@ class DraPluginFlags:
     kubeconfig: str | None = None
     plugins_registry: Path = Path(PLUGINS_REGISTRY_PATH)
     plugins_dir: Path = Path(PLUGINS_PATH)
-    cdi_root: Path = Path("/var/run/cdi")
+    cdi_root: Path = Path(nvidia.CDI_SPEC_DIR)
     device_plugin_dir: Path | None = Path(DEVICE_PLUGIN_PATH)  # None: do not check
     feature_gates: str | None = None
     driver_root: Path = Path("/")

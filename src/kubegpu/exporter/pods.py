@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from kubegpu.catalog import nvidia
 from kubegpu.kube.podresources import HeldDevice, PodResourcesClient, PodResourcesError
+from kubegpu.sharing.replicas import split_replica
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,6 @@ __all__ = ["HeldDevice", "PodResourcesClient", "PodResourcesError", "attribute",
 GPU_RESOURCE = nvidia.GPU_RESOURCE
 SHARED_RESOURCE = nvidia.GPU_SHARED_RESOURCE
 MIG_RESOURCE_PREFIX = nvidia.MIG_RESOURCE_PREFIX
-REPLICA_SEPARATOR = "::"
 _LEGACY_MIG = re.compile(r"MIG-(GPU-[^/]+)/(\d+)/(\d+)")
 _GKE = re.compile(r"nvidia(\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?")
 
@@ -58,8 +58,7 @@ class DeviceIndex:
 
 def resolve(device_id: str, devices: DeviceIndex) -> tuple[EntityKey, str | None] | None:
     """The entity a kubelet device ID stands for, and its replica number; None if unknown."""
-    base, sep, replica = device_id.partition(REPLICA_SEPARATOR)
-    vgpu = replica if sep else None
+    base, vgpu = split_replica(device_id)
     key: EntityKey | None = None
     if base in devices.gi_by_mig_uuid:
         index, gi = devices.gi_by_mig_uuid[base]

@@ -5,7 +5,7 @@ Routes, as DCGM exporter's: `/metrics` (Prometheus text format), `/health` (200 
 collect interval; pods are looked up on every scrape. The server is a small asyncio
 HTTP/1.1 server (one request per connection); NVML and the kubelet are asked from a
 worker thread so the event loop never blocks. A request it will not serve (malformed,
-too large, too slow) gets the 4xx that says why (`kubegpu.exporter.request_head`).
+too large, too slow) gets the 4xx that says why (`kubegpu.base.request_head`).
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from kubegpu.base.loader import excerpt
+from kubegpu.base.request_head import STREAM_LIMIT, HttpError, Request, read_request_within
 from kubegpu.exporter import dra, isolation
 from kubegpu.exporter.collector import Collector, Snapshot
 from kubegpu.exporter.counters import CounterSet, load_counters
 from kubegpu.exporter.poddirectory import PodDirectory
 from kubegpu.exporter.pods import PodResourcesClient, PodResourcesError, attribute
 from kubegpu.exporter.processes import ProcCgroups, usage_by_pod
-from kubegpu.exporter.request_head import STREAM_LIMIT, HttpError, Request, read_request
 from kubegpu.exporter.xid import XidTracker
 from kubegpu.kube.kubelet import POD_RESOURCES_SOCKET
 from kubegpu.nvml import Nvml
@@ -273,6 +273,7 @@ class Exporter:
         if not self._running:
             return
         self._running = False
+        self.xids.request_stop()  # first: done even if this stop is cancelled part-way
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -299,12 +300,9 @@ class Exporter:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             try:
-                request = await asyncio.wait_for(read_request(reader), timeout=REQUEST_TIMEOUT_S)
+                request = await read_request_within(reader, REQUEST_TIMEOUT_S)
             except asyncio.IncompleteReadError:
                 return  # closed before sending anything: nobody to answer
-            except TimeoutError:
-                await self._refuse(reader, writer, HttpError(408, "request not received in time"))
-                return
             except HttpError as exc:
                 await self._refuse(reader, writer, exc)
                 return

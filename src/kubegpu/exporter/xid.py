@@ -68,10 +68,14 @@ class XidTracker:
         self._thread = threading.Thread(target=self._follow, name="xid-events", daemon=True)
         self._thread.start()
 
+    def request_stop(self) -> None:
+        """Tell the thread to end, without waiting (see `stop`)."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout=self.poll_s + 5)  # a wait returns within poll_s
             self._thread = None
 
     def _follow(self) -> None:

@@ -14,7 +14,6 @@ the operator reads `nvidia.com/mig.capable` in the meantime.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
+from kubegpu.base.tasks import cancel_all, start_kept
 from kubegpu.catalog import nvidia
 from kubegpu.feature_discovery.facts import read_system
 from kubegpu.kube.labels import API_ERRORS, apply_node_labels, labels_of, node_event
@@ -184,12 +184,12 @@ class FeatureDiscovery:
         self._trigger.set()
 
     async def run(self) -> None:
-        watchers = []
+        watchers: list[asyncio.Task[None]] = []
         if self.options.node_name and self.client is not None:
-            watchers.append(asyncio.create_task(self._watch_node(), name="gfd:node"))
+            start_kept(watchers, self._watch_node(), name="gfd:node")
             await self.node.wait_for_label()
         if self.options.config_file is not None or self.options.config_dir is not None:
-            watchers.append(asyncio.create_task(self._watch_config(), name="gfd:config"))
+            start_kept(watchers, self._watch_config(), name="gfd:config")
         try:
             self._load()  # a bad config or NVML at start is fatal, as upstream
             while not self._stop.is_set():
@@ -205,11 +205,7 @@ class FeatureDiscovery:
                 )
                 await self._sleep(interval)
         finally:
-            for t in watchers:
-                t.cancel()
-            for t in watchers:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+            await cancel_all(watchers)
             if self._nvml is not None:
                 self._nvml.close()
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
+from kubegpu.base.tasks import cancel_all, start_kept
 from kubegpu.kube.labels import (
     API_ERRORS,
     annotations_of,
@@ -72,6 +73,7 @@ from kubegpu.mig_manager.settings import (
     State,
 )
 from kubegpu.nvml import Nvml, NvmlError
+from kubegpu.sharing.replicas import physical_id
 
 log = logging.getLogger(__name__)
 
@@ -207,21 +209,19 @@ class MigManager:
 
     async def run(self) -> None:
         await self.layouts.prepare()
-        tasks = {
-            asyncio.create_task(self._watch(), name="mig-manager:watch"),
-            asyncio.create_task(self._work(), name="mig-manager:work"),
-            asyncio.create_task(self._stop.wait(), name="mig-manager:stop"),
-        }
+        tasks: list[asyncio.Task[None]] = []
+        start_kept(tasks, self._watch(), name="mig-manager:watch")
+        start_kept(tasks, self._work(), name="mig-manager:work")
+        start_kept(tasks, self._wait_stop(), name="mig-manager:stop")
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 t.result()
         finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+            await cancel_all(tasks)
+
+    async def _wait_stop(self) -> None:
+        await self._stop.wait()
 
     async def _watch(self) -> None:
         async for node in watch_node(self.client, self.node_name):
@@ -499,7 +499,7 @@ class MigManager:
         for h in held:
             if not h.resource.startswith("nvidia.com/"):
                 continue
-            index = gpu_of.get(h.device_id.split("::", 1)[0])
+            index = gpu_of.get(physical_id(h.device_id))
             if index is not None and index in changing:
                 busy.setdefault(index, set()).add(h.pod_ref)
         if not busy:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from kubegpu.catalog import nvidia
+from kubegpu.kube.kubelet import POD_RESOURCES_SOCKET
 
 MIG_CONFIG_LABEL = nvidia.MIG_CONFIG
 MIG_STATE_LABEL = nvidia.MIG_CONFIG_STATE
@@ -63,10 +64,10 @@ class MigManagerSettings:
     # `pending`, before `failed`. 0: fail at once.
     unknown_config_wait_s: float = 60.0
     poll_s: float = 1.0
-    pod_resources_socket: Path | None = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    pod_resources_socket: Path | None = Path(POD_RESOURCES_SOCKET)
     busy_gpus: Literal["refuse", "proceed"] = "refuse"
     cdi_enabled: bool = False
-    cdi_dir: Path = Path("/var/run/cdi")
+    cdi_dir: Path = Path(nvidia.CDI_SPEC_DIR)
 
     @property
     def deploy_labels(self) -> tuple[str, ...]:

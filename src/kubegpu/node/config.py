@@ -11,22 +11,30 @@ that watches its Node for more (feature discovery) feeds each Node's labels to `
 When configs come from a directory the label picks one, so the first config waits briefly
 for the label's value (`wait_for_label`) rather than applying the default and then
 switching a moment later.
+
+`ConfigCycle` is the one choose -> load -> read the GPUs -> advertise round of the device
+plugin and the MPS control daemon: a choice is applied once, a config the node cannot run is
+refused with a Node event (the component keeps what it runs), a GPU read failure is retried
+next round and said once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Coroutine, Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from lightkube import AsyncClient
 
+from kubegpu.base.tasks import cancel_all, start_kept
 from kubegpu.kube.labels import labels_of
-from kubegpu.kube.nodes import NORMAL, record_node_event, watch_node
+from kubegpu.kube.nodes import NORMAL, WARNING, record_node_event, watch_node
+from kubegpu.nvml import NvmlError
 from kubegpu.sharing.config import PluginConfig, SharingConfigError, parse_config
 from kubegpu.sharing.config_source import CONFIG_LABEL, ConfigChoice, ConfigSource
+from kubegpu.sharing.devices import StrategyError
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +63,7 @@ class NodeConfig:
         self.events: list[tuple[str, str, str]] = []  # (type, reason, message), newest last
         self._label_known = asyncio.Event()
         self._wake: asyncio.Event | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: list[asyncio.Task[None]] = []
         self._ignored_said: set[str] = set()
         if source.config_dir is not None and source.config_file is not None:
             log.warning(
@@ -114,17 +122,10 @@ class NodeConfig:
         return True
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
+        await cancel_all(self._tasks)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        start_kept(self._tasks, coro)
 
     async def _watch(self, client: AsyncClient, name: str) -> None:
         async for node in watch_node(client, name):
@@ -170,3 +171,77 @@ class NodeConfig:
             )
         except Exception as exc:
             log.warning("cannot record event %s on node %s: %s", reason, node, exc)
+
+
+T = TypeVar("T")
+
+
+def fault_text(exc: Exception) -> str:
+    """One line for a GPU-layer failure: NVML's own words, else the exception's kind too."""
+    if isinstance(exc, NvmlError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True)
+class Applied(Generic[T]):
+    """A choice that was loaded and read: its config and what the component read with it."""
+
+    choice: ConfigChoice
+    config: PluginConfig
+    read: T
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """The GPUs could not be read under the choice; it is tried again next round."""
+
+    error: Exception
+    message: str  # fault_text(error)
+    first: bool  # a new fault (say it), not the same one as the round before
+
+
+class ConfigCycle(Generic[T]):
+    """choose -> load -> read -> advertise, shared so the plugin and the MPS daemon agree.
+
+    `read(config)` reads the GPUs and works out what the component runs under `config`; a
+    SharingConfigError or StrategyError from it (or from loading) refuses the config, any
+    other exception is a GPU-layer failure."""
+
+    def __init__(
+        self, node: NodeConfig, read: Callable[[PluginConfig], T], rejected_reason: str
+    ) -> None:
+        self.node = node
+        self.read = read
+        self.rejected_reason = rejected_reason
+        self.rejection: str | None = None  # why the latest choice was refused, if it was
+        self.read_fault: str | None = None  # why the GPUs could not be read, while so
+        self._choice_key: object = None
+
+    def step(self, *, keeping: str, force: bool = False) -> Applied[T] | Unreadable | None:
+        """One round. None when the choice is the one applied already (unless `force`) or
+        was refused: the Node event says why and that the component is `keeping` what it
+        runs."""
+        choice = self.node.choose()
+        if not force and choice.key == self._choice_key:
+            return None
+        self._choice_key = choice.key
+        try:
+            config = self.node.load(choice)
+            read = self.read(config)
+        except (SharingConfigError, StrategyError) as exc:
+            message = str(exc) if isinstance(exc, SharingConfigError) else f"{choice.source}: {exc}"
+            self.rejection = message
+            self.node.report(WARNING, self.rejected_reason, f"{message}; {keeping}")
+            return None
+        except Exception as exc:  # the GPU layer failed: NVML's error or any other
+            self._choice_key = None  # try again next round
+            message = fault_text(exc)
+            first = message != self.read_fault
+            self.read_fault = message
+            return Unreadable(exc, message, first)
+        if self.read_fault is not None:
+            log.info("the GPUs can be read again")
+            self.read_fault = None
+        self.rejection = None
+        return Applied(choice, config, read)

@@ -13,10 +13,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kubegpu.nvml import Nvml, NvmlError
-from kubegpu.nvml.sim import SimControls, SimNvml
+
+if TYPE_CHECKING:  # loaded only when a simulated node is opened: see kubegpu.nvml
+    from kubegpu.nvml.sim import SimNvml
 
 WORKLOAD_MEMORY_MIB = 64
 HIDDEN = frozenset({"all", "void", "none"})
@@ -85,6 +87,8 @@ class SimCudaProbe:
                 )
             index, mig, name = targets[0]
             pid = os.getpid()
+            from kubegpu.nvml.sim import SimControls
+
             lab = SimControls.of(nvml)  # the simulated CUDA process
             lab.start_process(index, pid, WORKLOAD_MEMORY_MIB, sm_percent=1, mig_device=mig)
             try:

@@ -16,13 +16,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from kubegpu.node.cuda import CudaProbe, LibcudaProbe, SimCudaProbe
 from kubegpu.node.mps import MpsBackend, RecordingMps, SystemMps
 from kubegpu.node.runtime import ComponentError
 from kubegpu.nvml import ENV_NVML, ENV_SIM_NODE, BackendError, Nvml, NvmlError, open_nvml
-from kubegpu.nvml.sim import SimNvml
+
+if TYPE_CHECKING:  # loaded only when a simulated node is opened: see kubegpu.nvml
+    from kubegpu.nvml.sim import SimNvml
 
 SIM_PREFIX = "sim:"
 
@@ -77,7 +79,7 @@ def sim_backend(state_file: Path | str, sim_node: str | None = None) -> GpuBacke
     spec = f"{SIM_PREFIX}{state_file}"
 
     def open_sim() -> SimNvml:
-        return cast(SimNvml, open_nvml(spec, sim_node or None))  # a sim: spec opens SimNvml
+        return cast("SimNvml", open_nvml(spec, sim_node or None))  # a sim: spec opens SimNvml
 
     return GpuBackend(
         name=spec,

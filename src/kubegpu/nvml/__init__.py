@@ -4,17 +4,23 @@
 opens a simulated node. The choice is configuration (`--nvml`, `KUBEGPU_NVML`), never a
 test-only branch. The simulator's classes (`SimNvml`, and `SimControls` for faults and
 reboots) are imported from kubegpu.nvml.sim.
+
+Importing this face loads no simulator code: a component on a real node never loads the
+simulated backend (tests/unit/test_nvml_face.py checks each entrypoint). `parse_spec`,
+`NodeSpec` and `SpecError` (the `h200-nvl:8` node description) live in kubegpu.nvml.sim.spec
+and are loaded from there when first used.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kubegpu.nvml import errors
 from kubegpu.nvml.errors import NvmlError
 from kubegpu.nvml.interface import Nvml
-from kubegpu.nvml.sim.spec import NodeSpec, SpecError, parse_spec
 from kubegpu.nvml.types import (
     Activation,
     ComputeInstanceInfo,
@@ -33,6 +39,9 @@ from kubegpu.nvml.types import (
     SystemInfo,
     Utilization,
 )
+
+if TYPE_CHECKING:
+    from kubegpu.nvml.sim.spec import NodeSpec, SpecError, parse_spec
 
 ENV_NVML = "KUBEGPU_NVML"
 ENV_SIM_NODE = "KUBEGPU_SIM_NODE"
@@ -67,6 +76,17 @@ __all__ = [
 ]
 
 
+_SIM_SPEC_NAMES = frozenset({"NodeSpec", "SpecError", "parse_spec"})
+
+
+def __getattr__(name: str) -> Any:
+    """The simulated node's spec names, loaded on first use (PEP 562) so that importing the
+    face does not load the simulator."""
+    if name in _SIM_SPEC_NAMES:
+        return getattr(importlib.import_module("kubegpu.nvml.sim.spec"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class BackendError(ValueError):
     """The --nvml / --sim-node configuration cannot be used."""
 
@@ -85,6 +105,7 @@ def open_nvml(nvml: str | None = None, sim_node: str | None = None) -> Nvml:
         return RealNvml()
     if choice.startswith("sim:") and len(choice) > 4:
         from kubegpu.nvml.sim import SimNvml
+        from kubegpu.nvml.sim.spec import SpecError
 
         path = Path(choice[4:])
         if path.exists():

@@ -10,7 +10,6 @@ the status of any that does not say so yet.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.types import PatchType
 
+from kubegpu.base.tasks import cancel_all, start_kept
 from kubegpu.kube.informer import Informer
 from kubegpu.kube.policy import NVIDIADriverResource
 
@@ -101,7 +101,8 @@ class DriverStatusReporter:
 
     async def run(self) -> None:
         """The watch and the status writer, until cancelled."""
-        watch = asyncio.create_task(self.informer.run(), name="informer:NVIDIADriver")
+        watch: list[asyncio.Task[None]] = []
+        start_kept(watch, self.informer.run(), name="informer:NVIDIADriver")
         try:
             while True:
                 name = await self._pending.get()
@@ -122,6 +123,4 @@ class DriverStatusReporter:
                     if exc.status.code != 404:
                         log.warning("NVIDIADriver %s: status: %s", name, exc.status.message)
         finally:
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watch
+            await cancel_all(watch)

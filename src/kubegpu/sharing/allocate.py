@@ -34,8 +34,9 @@ from typing import Literal
 
 from kubegpu.catalog import nvidia
 from kubegpu.sharing.config import PluginConfig
-from kubegpu.sharing.devices import Device, physical_id
+from kubegpu.sharing.devices import Device
 from kubegpu.sharing.mps import daemon_key, instance_limit
+from kubegpu.sharing.replicas import physical_id
 
 CDI_VENDOR = nvidia.CDI_PLUGIN_VENDOR
 CDI_CLASS = "gpu"

@@ -24,9 +24,22 @@ from kubegpu.sharing.config import (
     ReplicatedResource,
     resource_name,
 )
+from kubegpu.sharing.replicas import is_replica, physical_id, replica_id
+
+__all__ = [
+    "GPU_RESOURCE",
+    "Advertised",
+    "Device",
+    "GpuFacts",
+    "MigFacts",
+    "StrategyError",
+    "advertise",
+    "check_sharing",
+    "mig_resource_name",
+    "physical_id",  # owned by sharing.replicas; re-exported for the callers that import it here
+]
 
 GPU_RESOURCE = nvidia.GPU_RESOURCE
-REPLICA_SEPARATOR = "::"
 
 
 class StrategyError(ValueError):
@@ -81,12 +94,7 @@ class Device:
 
     @property
     def is_replica(self) -> bool:
-        return REPLICA_SEPARATOR in self.id
-
-
-def physical_id(device_id: str) -> str:
-    """`GPU-x::3` -> `GPU-x`."""
-    return device_id.split(REPLICA_SEPARATOR, 1)[0]
+        return is_replica(self.id)
 
 
 @dataclass
@@ -239,7 +247,7 @@ def advertise(gpus: Sequence[GpuFacts], config: PluginConfig) -> Advertised:
         devices = base[entry.name]
         untouched = [d for d in devices if d not in selected]
         replicas = [
-            replace(d, id=f"{d.id}{REPLICA_SEPARATOR}{n}", replicas=entry.replicas)
+            replace(d, id=replica_id(d.id, n), replicas=entry.replicas)
             for d in selected
             for n in range(entry.replicas)
         ]

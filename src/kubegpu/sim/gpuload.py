@@ -29,6 +29,7 @@ from typing import Any
 
 from kubegpu.catalog import nvidia
 from kubegpu.nvml.sim.controls import SimWorkload
+from kubegpu.sharing.replicas import physical_id
 from kubegpu.sim.devices import ContainerAllocation
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,6 @@ ENV_MEMORY = "KUBEGPU_SIM_GPU_MEMORY_MIB"
 ENV_SM = "KUBEGPU_SIM_GPU_SM_PERCENT"
 PID_BASE = 1 << 23  # above pid_max's ceiling (2**22): never a real process on the host
 PID_SPAN = 1 << 20
-REPLICA_SEPARATOR = "::"
 Json = dict[str, Any]
 
 
@@ -124,7 +124,7 @@ def container_loads(
             continue
         devices = tuple(
             dict.fromkeys(
-                d.partition(REPLICA_SEPARATOR)[0]
+                physical_id(d)
                 for ids in allocation.devices.values()
                 for d in ids
                 if d.startswith(("GPU-", "MIG-"))

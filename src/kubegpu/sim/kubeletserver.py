@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from kubegpu.base.request_head import REASONS, STREAM_LIMIT, HttpError, read_request_within
 from kubegpu.sim.certs import CertificateAuthority
 
 log = logging.getLogger(__name__)
 
 FOLLOW_POLL_S = 0.2
-MAX_HEADER_BYTES = 16384
+REQUEST_TIMEOUT_S = 10.0  # for the whole request head
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class KubeletServer:
 
     async def start(self, port: int = 0) -> int:
         self._server = await asyncio.start_server(
-            self._serve, self.host, port, ssl=self.context, limit=MAX_HEADER_BYTES
+            self._serve, self.host, port, ssl=self.context, limit=STREAM_LIMIT
         )
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
@@ -157,8 +158,12 @@ class KubeletServer:
                 await writer.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        method, target, _ = head.decode("latin-1").split("\r\n", 1)[0].split(" ", 2)
+        try:
+            head = await read_request_within(reader, REQUEST_TIMEOUT_S)
+        except HttpError as exc:
+            await _respond(writer, exc.status, f"{exc.message}\n".encode())
+            return
+        method, target = head.method, head.target
         if method != "GET":
             await _respond(writer, 405, f"{method} is not served here\n".encode())
             return
@@ -222,7 +227,7 @@ async def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
 
 
 async def _respond(writer: asyncio.StreamWriter, code: int, body: bytes) -> None:
-    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}[code]
+    reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", **REASONS}[code]
     writer.write(
         f"HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()

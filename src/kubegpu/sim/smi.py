@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from kubegpu.nvml import ENV_NVML, DeviceInfo, MigDeviceInfo, Nvml, NvmlError
 from kubegpu.nvml.sim import SimNvml
+from kubegpu.sharing.replicas import physical_id
 
 ENV_DEVICES = "KUBEGPU_SIM_DEVICES"  # comma-separated device IDs the pod was allocated
 NO_DEVICES_EXIT = 6  # nvidia-smi's "a query to find an object was unsuccessful"
@@ -60,7 +61,7 @@ def visible(nvml: Nvml, allocated: Sequence[str]) -> Visible:
     """Resolve device IDs (GPU/MIG UUIDs, `0`, `0:1`, time-slice replicas `UUID::2`, `all`)."""
     devices = nvml.devices()
     migs = {d.index: _migs(nvml, d.index) for d in devices}
-    wanted = {a.split("::", 1)[0] for a in allocated if a}
+    wanted = {physical_id(a) for a in allocated if a}
     if "all" in wanted:
         return Visible(devices, migs)
     gpus: dict[int, DeviceInfo] = {}

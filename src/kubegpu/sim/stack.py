@@ -34,6 +34,7 @@ from rich.table import Table
 
 from kubegpu.kube.policy import ClusterPolicyResource
 from kubegpu.nvml import parse_spec
+from kubegpu.sharing.replicas import replica_id, split_replica
 from kubegpu.sim.cluster import ClusterSpec, NodeEntry
 from kubegpu.sim.controlplane import ControlPlane, find_bin_dir
 from kubegpu.sim.node import SimNode, SimNodeConfig
@@ -567,8 +568,8 @@ def summary_table(summary: DemoSummary) -> Table:
 
 def _short(device: str) -> str:
     """GPU-3c1f...::2 -> GPU-3c1f8a2e::2 (the UUID's first block keeps IDs apart)."""
-    uuid, sep, replica = device.partition("::")
-    return uuid[:12] + sep + replica
+    uuid, replica = split_replica(device)
+    return uuid[:12] if replica is None else replica_id(uuid[:12], replica)
 
 
 async def demo(

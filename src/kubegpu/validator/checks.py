@@ -38,7 +38,7 @@ from kubegpu.node.runtime import ComponentError
 from kubegpu.nvml import Nvml, NvmlError
 
 NVIDIA_CDI_KINDS = (nvidia.CDI_RUNTIME_KIND, nvidia.CDI_PLUGIN_KIND)
-DEFAULT_CDI_DIRS = (Path("/var/run/cdi"), Path("/etc/cdi"))
+DEFAULT_CDI_DIRS = (Path(nvidia.CDI_SPEC_DIR), Path(nvidia.CDI_STATIC_SPEC_DIR))
 GPU_RESOURCE_PREFIXES = (nvidia.GPU_RESOURCE, nvidia.MIG_RESOURCE_PREFIX)
 
 __all__ = ["CheckFailed", "CheckResult", "cuda_targets", "preload_driver_library"]

@@ -34,6 +34,7 @@ from kubegpu.kube.labels import labels_of
 from kubegpu.kube.policy import ClusterPolicyResource, GPUClusterResource
 from kubegpu.mig.parted import config_matches, plan_for_node, read_node, read_state
 from kubegpu.nvml import Nvml, NvmlError
+from kubegpu.sharing.replicas import physical_id
 from kubegpu.sim.cluster import ClusterSpec, NodeEntry
 from kubegpu.sim.node import SimNode
 from kubegpu.sim.stack import NAMESPACE, Stack, simulated_stack
@@ -375,7 +376,7 @@ def _holders(node: SimNode, uids: Mapping[str, str]) -> dict[str, tuple[int, ...
             if not resource.startswith(nvidia.PREFIX):
                 continue
             for device in ids:
-                index = gpu_of.get(device.split("::", 1)[0])
+                index = gpu_of.get(physical_id(device))
                 if index is not None:
                     held.setdefault(pod, set()).add(index)
     return {pod: tuple(sorted(gpus)) for pod, gpus in sorted(held.items())}

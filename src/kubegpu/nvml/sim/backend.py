@@ -611,6 +611,14 @@ class SimNvml(SimStateAccess, Nvml):
             if left <= 0 or not changes.wait(seen, left):
                 return None
 
+    def close(self) -> None:
+        """Stop watching the state file (the watcher thread ends with its last watch); a
+        later event wait watches it again."""
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+            self._events_read_at = None
+
     # -- telemetry ------------------------------------------------------------------------
     # One state read computes everything (kubegpu.nvml.sim.telemetry); the single-value
     # reads pick from it.

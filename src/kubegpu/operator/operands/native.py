@@ -6,6 +6,12 @@ from __future__ import annotations
 
 import functools
 
+from kubegpu.kube.kubelet import (
+    DEVICE_PLUGIN_PATH,
+    POD_RESOURCES_PATH,
+    POD_RESOURCES_SOCKET,
+    REGISTRATION_SOCKET,
+)
 from kubegpu.kube.policy import ImageSpec
 from kubegpu.operator.operands.context import (
     CDI_DIR,
@@ -130,20 +136,20 @@ def device_plugin(ctx: RenderContext) -> list[Obj]:
         env=[
             *ctx.mig_env(),
             env_var("MPS_ROOT", ctx.mps_root),
-            env_var("KUBELET_SOCKET", "/var/lib/kubelet/device-plugins/kubelet.sock"),
+            env_var("KUBELET_SOCKET", REGISTRATION_SOCKET),
             *ctx.driver_env(),
             *ctx.cdi_env(),
             *_gpudirect_env(ctx),
             *config_env,
         ],
         mounts=[
-            volume_mount("device-plugin", "/var/lib/kubelet/device-plugins"),
+            volume_mount("device-plugin", DEVICE_PLUGIN_PATH.rstrip("/")),
             volume_mount("run-nvidia-validations", VALIDATIONS_DIR),
             volume_mount("mps-root", ctx.mps_root),
             volume_mount("driver-install-dir", "/driver-root", read_only=True),
             volume_mount("cdi-root", CDI_DIR),
             # which pod holds an allocated device: its isolation annotation (docs/exporter.md)
-            volume_mount("pod-resources", "/var/lib/kubelet/pod-resources", read_only=True),
+            volume_mount("pod-resources", POD_RESOURCES_PATH.rstrip("/"), read_only=True),
             *config_mounts,
         ],
         privileged=True,
@@ -208,7 +214,7 @@ def dcgm_exporter(ctx: RenderContext) -> list[Obj]:
     env = [
         env_var("DCGM_EXPORTER_LISTEN", f":{EXPORTER_PORT}"),
         env_var("DCGM_EXPORTER_KUBERNETES", "true"),
-        env_var("DCGM_POD_RESOURCES_KUBELET_SOCKET", "/var/lib/kubelet/pod-resources/kubelet.sock"),
+        env_var("DCGM_POD_RESOURCES_KUBELET_SOCKET", POD_RESOURCES_SOCKET),
     ]
     if ctx.spec.dcgm.is_enabled(True):
         env.append(env_var("DCGM_REMOTE_HOSTENGINE_INFO", f"nvidia-dcgm:{DCGM_PORT}"))
@@ -219,7 +225,7 @@ def dcgm_exporter(ctx: RenderContext) -> list[Obj]:
     gpu_env, gpu_mounts, gpu_volumes = ctx.nvml_reader()
     env += gpu_env
     mounts = [
-        volume_mount("pod-gpu-resources", "/var/lib/kubelet/pod-resources", read_only=True),
+        volume_mount("pod-gpu-resources", POD_RESOURCES_PATH.rstrip("/"), read_only=True),
         volume_mount("run-nvidia-validations", VALIDATIONS_DIR, read_only=True),
         *gpu_mounts,
     ]
@@ -402,7 +408,7 @@ def mig_manager(ctx: RenderContext) -> list[Obj]:
         field_env_var("DEFAULT_GPU_CLIENTS_NAMESPACE", "metadata.namespace"),
         field_env_var("OPERATOR_NAMESPACE", "metadata.namespace"),
         field_env_var("POD_NAME", "metadata.name"),
-        env_var("POD_RESOURCES_SOCKET", "/var/lib/kubelet/pod-resources/kubelet.sock"),
+        env_var("POD_RESOURCES_SOCKET", POD_RESOURCES_SOCKET),
         *ctx.driver_env(),
         *ctx.cdi_env(),
         env_var("WITH_REBOOT", "false"),
@@ -427,7 +433,7 @@ def mig_manager(ctx: RenderContext) -> list[Obj]:
         volume_mount("gpu-clients", "/gpu-clients", read_only=True),
         volume_mount("driver-install-dir", "/driver-root", read_only=True),
         volume_mount("cdi-root", CDI_DIR),
-        volume_mount("pod-resources", "/var/lib/kubelet/pod-resources", read_only=True),
+        volume_mount("pod-resources", POD_RESOURCES_PATH.rstrip("/"), read_only=True),
         volume_mount("mig-lock", MIG_LOCK_DIR),
     ]
     volumes = [

@@ -1,4 +1,6 @@
-"""Reading one HTTP/1.1 request head within bounds, for the exporter's small server.
+"""Reading one HTTP/1.1 request head within bounds: the one request reader of kubegpu's
+small servers (the exporter's /metrics, the operator's probes, the simulated kubelet's log
+endpoint). Only asyncio streams: a server's parser, not an HTTP client.
 
 A request the server will not serve is answered with the 4xx that says why, never by
 dropping the connection: 400 for a malformed request, 408 for one that does not arrive in
@@ -147,3 +149,12 @@ async def read_request(reader: asyncio.StreamReader) -> Request:
         except asyncio.IncompleteReadError:
             raise HttpError(400, "incomplete request body") from None
     return Request(method, target, version, headers)
+
+
+async def read_request_within(reader: asyncio.StreamReader, timeout_s: float) -> Request:
+    """`read_request` with `timeout_s` for the whole head and body: a client that sends too
+    slowly gets HttpError 408 rather than holding the connection open."""
+    try:
+        return await asyncio.wait_for(read_request(reader), timeout=timeout_s)
+    except TimeoutError:
+        raise HttpError(408, "request not received in time") from None
