@@ -53,12 +53,19 @@ typecheck: install
 contracts: install
 	$(BIN)/lint-imports
 
-# The real control plane the integration tests run (built once, cached in ~/.cache/kubegpu).
+# The real control planes the integration tests run: every supported Kubernetes version
+# (built once each, cached in ~/.cache/kubegpu/k8s/<version>).
 kubernetes:
-	scripts/build-kubernetes
+	scripts/build-kubernetes --all
+
+# Everything on the default Kubernetes version, then the DRA and device-plugin integration
+# tests again on the oldest supported one (KUBEGPU_K8S_VERSION picks the control plane).
+OLDEST_K8S ?= v1.35.8
+OLDEST_K8S_TESTS ?= tests/integration/test_dra_real_plugin.py tests/integration/test_dra_quickstart.py tests/integration/test_device_plugin.py
 
 test: lint typecheck contracts kubernetes
 	$(BIN)/pytest
+	KUBEGPU_K8S_VERSION=$(OLDEST_K8S) $(BIN)/pytest $(OLDEST_K8S_TESTS)
 
 bench: install kubernetes
 	$(BIN)/python -m bench

@@ -13,6 +13,7 @@ SUITES = [
     "mig_manager",
     "device_plugin",
     "plan",
+    "plan_midsize",
     "operator",
     "dra",
 ]

@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kubegpu.sim.controlplane import ControlPlane, ControlPlaneError
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.controlplane.process import ControlPlaneError
 
 ROUNDS = 3
 START_TARGET_S = 20.0

@@ -46,8 +46,8 @@ from kubegpu.kube.kubelet import dra_v1_pb2_grpc as dra_grpc
 from kubegpu.kube.kubelet import unix_target
 from kubegpu.node.gpus import sim_backend
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 import contextlib

@@ -33,8 +33,8 @@ from kubegpu.mig_manager import MIG_CONFIG_LABEL, MIG_STATE_LABEL, MigManager, M
 from kubegpu.nvml.sim import SimNvml
 from kubegpu.sharing.config import parse_config as parse_plugin_config
 from kubegpu.sharing.labels import SystemFacts, compute_labels
-from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 ROUNDS = 6
 POLL_S = 0.05

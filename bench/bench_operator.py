@@ -36,8 +36,8 @@ from kubegpu.kube.crds import crd_manifests
 from kubegpu.kube.policy import ClusterPolicyResource
 from kubegpu.operator.controller import FIELD_MANAGER, Operator, OperatorConfig
 from kubegpu.operator.render import HASH_ANNOTATION
-from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 SIZES = [int(n) for n in os.environ.get("BENCH_OPERATOR_NODES", "10,100").split(",")]
 NAMESPACE = "gpu-operator"

@@ -2,7 +2,7 @@
 
 `make bench-scale` (not part of `make bench` nor `make test`): for each N of
 BENCH_SCALE_NODES (default 10,100,300,1000) a fresh control plane with the `large` size
-profile (sim.controlplane.SIZE_PROFILES), N SimNodes (h100-80gb:8) whose kubegpu pods run
+profile (sim.controlplane.plane.SIZE_PROFILES), N SimNodes (h100-80gb:8) whose kubegpu pods run
 in-process (sim.inprocess), and the operator in-process. Measured per N:
 
 - start: the nodes registered; install: ClusterPolicy created -> `ready` (every operand
@@ -63,8 +63,8 @@ from kubegpu.kube.policy import ClusterPolicyResource
 from kubegpu.operator.controller import FIELD_MANAGER, Operator, OperatorConfig
 from kubegpu.operator.operands.context import EXPORTER_PORT
 from kubegpu.operator.render import HASH_ANNOTATION
-from kubegpu.sim.controlplane import SIZE_PROFILES, ControlPlane
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.controlplane.plane import SIZE_PROFILES, ControlPlane
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 HERE = Path(__file__).parent
 SIZES = [int(n) for n in os.environ.get("BENCH_SCALE_NODES", "10,100,300,1000").split(",")]

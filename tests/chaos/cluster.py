@@ -16,8 +16,8 @@ from kubegpu.mig.config import MigConfigEntry
 from kubegpu.mig_manager.layouts import generate_for_node
 from kubegpu.nvml.sim import SimNvml
 from kubegpu.sim.cluster import NodeEntry
-from kubegpu.sim.node import SimNode
-from kubegpu.sim.pods import PodRunner
+from kubegpu.sim.kubelet.node import SimNode
+from kubegpu.sim.kubelet.podworkers import PodRunner
 
 MIG_NODE = "chaos-h100"
 PLAIN_NODE = "chaos-l4"

@@ -22,7 +22,7 @@ import pytest_asyncio
 from e2e.stack import wait_for
 from integration import conftest as integration
 from kubegpu.catalog import nvidia
-from kubegpu.sim.controlplane import ControlPlane
+from kubegpu.sim.controlplane.plane import ControlPlane
 from kubegpu.sim.stack import find_chart
 
 from .cluster import GPU_NODES, MIG_NODE, NODES, VALUES, ChaosStack

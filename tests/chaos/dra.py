@@ -36,7 +36,7 @@ from kubegpu.catalog import nvidia
 from kubegpu.dra.cdi import spec_file_name
 from kubegpu.mig.parted import read_node
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.node import SimNode
+from kubegpu.sim.kubelet.node import SimNode
 
 DRA_NODE = "chaos-dra"
 DRA_GPUS = "h100-80gb:2"

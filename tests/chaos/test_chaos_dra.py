@@ -30,7 +30,7 @@ from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from integration.dra_stack import claim_pod, claim_template, dra_cluster
-from kubegpu.sim.controlplane import ControlPlane
+from kubegpu.sim.controlplane.plane import ControlPlane
 
 from .dra import (
     DRA_GATES,

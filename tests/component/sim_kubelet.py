@@ -6,9 +6,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from kubegpu.sim.devices import DeviceManager
-from kubegpu.sim.mounted import MountedObjects
-from kubegpu.sim.pods import NodeContext
+from kubegpu.sim.kubelet.devicemanager import DeviceManager
+from kubegpu.sim.kubelet.mounted import MountedObjects
+from kubegpu.sim.kubelet.podworkers import NodeContext
 
 
 def node_context(root: Path, client: Any) -> NodeContext:

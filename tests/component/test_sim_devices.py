@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from integration.fake_plugin import FakePlugin
-from kubegpu.sim.devices import AdmissionError, DeviceManager
+from kubegpu.sim.kubelet.devicemanager import AdmissionError, DeviceManager
 
 RESOURCE = "example.com/gpu"
 

@@ -59,6 +59,11 @@ def test_spec_lists_models_counts_and_options() -> None:
         ("h200:2;driver=new", "driver='new' is not a version"),
         ("h200:2;display=tv", "display='tv'"),
         ("h200:2;driver=575.57.08;driver=1", "option driver= given twice"),  # not the last wins
+        # L4 has no MIG: `mig=on` would leave the node running with MIG silently off.
+        ("l4:2;mig=on", "mig=on, but no GPU of 'l4:2' is MIG-capable"),
+        ("h200:1_6", "count '1_6' for h200 is not a number"),  # int() would read 16
+        ("h200:+2", "count '\\+2' for h200 is not a number"),
+        ("h200:2;", "unknown option ''"),
     ],
 )
 def test_bad_specs_name_the_problem(text: str, message: str) -> None:

@@ -18,9 +18,9 @@ import httpx2 as httpx
 import pytest
 from sim_kubelet import node_context
 
-from kubegpu.sim import pods
-from kubegpu.sim.node import SimNode, SimNodeConfig
-from kubegpu.sim.pods import PodRunner
+from kubegpu.sim.kubelet import podworkers, status
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.podworkers import PodRunner
 
 
 class TimingOutClient:
@@ -68,7 +68,8 @@ POD = {
 async def test_a_pod_starts_and_reports_running_through_timeouts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pods, "BACKOFF_START_S", 0.01)
+    for module in (podworkers, status):  # container backoff, status writes
+        monkeypatch.setattr(module, "BACKOFF_START_S", 0.01)
     client = TimingOutClient(failures=3)
     node = node_context(tmp_path, client)
     runner = PodRunner(node, POD, lambda r: _nothing())
@@ -100,7 +101,8 @@ async def test_a_deleted_pod_is_removed_for_good_through_timeouts(
     """Kubelet's last word on a deleted pod (a delete with no grace left once its containers
     are gone) is sent until the API server has it: lost to a timeout, the pod would stay
     Terminating for good (seen at 300 nodes)."""
-    monkeypatch.setattr(pods, "BACKOFF_START_S", 0.01)
+    for module in (podworkers, status):  # container backoff, status writes
+        monkeypatch.setattr(module, "BACKOFF_START_S", 0.01)
     deletes: list[str] = []
 
     class DeleteTimingOut:

@@ -15,7 +15,7 @@ from typing import Any
 
 from sim_kubelet import node_context
 
-from kubegpu.sim.pods import PodRunner
+from kubegpu.sim.kubelet.podworkers import PodRunner
 
 
 class GatedClient:

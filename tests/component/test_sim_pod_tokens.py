@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from sim_kubelet import node_context
 
-from kubegpu.sim import pods
-from kubegpu.sim.mounted import MountedObjects
-from kubegpu.sim.pods import PodRunner
-from kubegpu.sim.podvolumes import PodObjects
+from kubegpu.sim.kubelet import podworkers, status
+from kubegpu.sim.kubelet.mounted import MountedObjects
+from kubegpu.sim.kubelet.podworkers import PodRunner
+from kubegpu.sim.kubelet.volumes import PodObjects
 
 
 class Clock:
@@ -79,7 +79,8 @@ async def test_a_token_is_issued_for_the_audience_and_lifetime_asked() -> None:
 async def test_a_running_pod_gets_a_new_token_written_when_its_token_is_due(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pods, "BACKOFF_START_S", 0.01)
+    for module in (podworkers, status):  # container backoff, status writes
+        monkeypatch.setattr(module, "BACKOFF_START_S", 0.01)
     client, clock = TokenClient(), Clock()
     node = node_context(tmp_path, client)
     pod = {

@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 
 from integration import conftest as integration
-from kubegpu.sim.controlplane import ControlPlane
+from kubegpu.sim.controlplane.plane import ControlPlane
 from kubegpu.sim.stack import find_chart
 
 from .stack import NODES, VALUES, E2EStack

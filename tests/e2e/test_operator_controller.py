@@ -26,7 +26,7 @@ from kubegpu.kube.informer import Informer
 from kubegpu.kube.policy import ClusterPolicyResource
 from kubegpu.operator.controller import FIELD_MANAGER, Operator, OperatorConfig
 from kubegpu.operator.health import HealthServer
-from kubegpu.sim.controlplane import ControlPlane
+from kubegpu.sim.controlplane.plane import ControlPlane
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 

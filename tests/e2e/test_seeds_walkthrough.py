@@ -26,7 +26,8 @@ import pytest
 import pytest_asyncio
 
 from kubegpu.sim.cluster import load_cluster
-from kubegpu.sim.controlplane import ControlPlane, find_bin_dir
+from kubegpu.sim.controlplane.binaries import find_bin_dir
+from kubegpu.sim.controlplane.plane import ControlPlane
 from kubegpu.sim.stack import Stack, find_chart
 
 from . import conftest

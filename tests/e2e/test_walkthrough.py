@@ -25,7 +25,8 @@ from lightkube.resources.core_v1 import ConfigMap, Pod
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.nodes import watch_node
 from kubegpu.sim.cluster import NodeEntry
-from kubegpu.sim.controlplane import ControlPlane, find_bin_dir
+from kubegpu.sim.controlplane.binaries import find_bin_dir
+from kubegpu.sim.controlplane.plane import ControlPlane
 from kubegpu.sim.stack import find_chart
 
 from . import conftest

@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from kubegpu.sim.cluster import NodeEntry
-from kubegpu.sim.controlplane import ControlPlane
+from kubegpu.sim.controlplane.plane import ControlPlane
 from kubegpu.sim.stack import find_chart
 
 from . import conftest

@@ -8,6 +8,7 @@ deadline, derandomized unless KUBEGPU_FUZZ_SEED_RANDOM=1 asks for fresh examples
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from datetime import timedelta
@@ -21,17 +22,24 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from kubegpu.base.loader import DEFAULT_LIMITS, InputError, parse_yaml
+from kubegpu.doctor.checks import run_checks
+from kubegpu.doctor.snapshot import Snapshot, SnapshotError
 from kubegpu.exporter.counters import CountersError, load_counters, parse_counters
 from kubegpu.kube.policy import GPUClusterSpec, parse_policy_spec, unknown_fields
 from kubegpu.mig.config import ConfigError
 from kubegpu.mig.config import load_config as load_mig
 from kubegpu.mig.config import parse_config as parse_mig
+from kubegpu.nvml.sim.spec import SpecError, parse_spec
 from kubegpu.plan.inputs import LIMITS as PLAN_LIMITS
 from kubegpu.plan.inputs import PlanInputError, load_input, parse_input
 from kubegpu.sharing.config import SharingConfigError
 from kubegpu.sharing.config import load_config as load_sharing
 from kubegpu.sharing.config import parse_config as parse_sharing
+from kubegpu.sharing.dra_config import DraConfigError, parse_parameters
 from kubegpu.sim.cluster import ClusterFileError, load_cluster
+from kubegpu.sim.kubelet.podchecks import container_refusal
+from kubegpu.whatif.change import ChangeError, load_policy_patch
+from kubegpu.whatif.twin_spec import TwinSpecError, twin_spec
 
 FUZZ = settings(
     max_examples=int(os.environ.get("KUBEGPU_FUZZ_EXAMPLES", "40")),
@@ -53,6 +61,18 @@ def _policy(text: str, source: str) -> object:
     return spec
 
 
+def _dra(text: str, source: str) -> object:
+    return parse_parameters(parse_yaml(text, source, DraConfigError), source)
+
+
+def _pod_container(text: str, source: str) -> object:
+    """A container as the simulated kubelet meets it: judged, never a crash."""
+    doc = parse_yaml(text, source, InputError)
+    container = doc if isinstance(doc, dict) else {"image": doc}
+    pod = {"metadata": {"name": "p"}, "spec": {"securityContext": container.get("pod")}}
+    return container_refusal(pod, container) if isinstance(pod["spec"], dict) else None
+
+
 Parse = Callable[[str, str], object]
 PARSERS: dict[str, tuple[Parse, tuple[type[Exception], ...]]] = {
     "mig": (parse_mig, (ConfigError,)),
@@ -60,6 +80,9 @@ PARSERS: dict[str, tuple[Parse, tuple[type[Exception], ...]]] = {
     "plan": (parse_input, (PlanInputError,)),
     "counters": (parse_counters, (CountersError,)),
     "policy": (_policy, (InputError, ValidationError)),
+    "dra": (_dra, (DraConfigError,)),
+    "sim-spec": (lambda text, _: parse_spec(text), (SpecError,)),
+    "pod-container": (_pod_container, (InputError,)),
 }
 LOADERS: dict[str, tuple[Callable[[Path], object], type[Exception]]] = {
     "mig": (load_mig, ConfigError),
@@ -67,6 +90,7 @@ LOADERS: dict[str, tuple[Callable[[Path], object], type[Exception]]] = {
     "plan": (lambda p: load_input([p]), PlanInputError),
     "cluster": (load_cluster, ClusterFileError),
     "counters": (load_counters, CountersError),
+    "policy-patch": (load_policy_patch, ChangeError),
 }
 
 
@@ -143,8 +167,33 @@ BASES: dict[str, dict[str, Any]] = {
         "name": "demo",
         "nodes": [
             {"name": "gpu-a", "gpus": "h100-80gb:2", "labels": {"team": "x"}},
-            {"name": "cpu-1", "cpu": "8"},
+            {"name": "cpu-1", "cpu": "8", "memory": "64Gi"},
         ],
+    },
+    "dra": {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "GpuConfig",
+        "sharing": {
+            "strategy": "MPS",
+            "mpsConfig": {
+                "defaultActiveThreadPercentage": 50,
+                "defaultPinnedDeviceMemoryLimit": "10Gi",
+                "defaultPerDevicePinnedMemoryLimit": {"0": "1Gi"},
+            },
+        },
+    },
+    "pod-container": {
+        "name": "main",
+        "image": "ghcr.io/kubegpu/kubegpu:0.1.0",
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
+        "pod": {"runAsUser": 0},
+    },
+    "policy-patch": {
+        "spec": {
+            "mig": {"strategy": "mixed"},
+            "devicePlugin": {"config": {"name": "plugin-config", "default": None}},
+            "migManager": {"enabled": True, "env": [{"name": "X", "value": "1"}]},
+        }
     },
     "policy": {
         "mig": {"strategy": "mixed"},
@@ -281,6 +330,68 @@ def test_near_valid_documents_give_a_value_or_the_parsers_error(
         path = workdir / f"{name}-near.yaml"
         path.write_text(text)
         outcome(lambda: load(path), (error,))
+
+
+SNAPSHOT_BASE: dict[str, Any] = {
+    "version": 1,
+    "operator_namespace": "gpu-operator",
+    "nodes": [
+        {
+            "name": "gpu-1",
+            "labels": {
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                "nvidia.com/gpu.count": "2",
+                "nvidia.com/mig.config": "all-disabled",
+            },
+            "capacity": {"nvidia.com/gpu": "2"},
+        }
+    ],
+    "cluster_policies": [
+        {
+            "kind": "ClusterPolicy",
+            "name": "cluster-policy",
+            "spec": {
+                "mig": {"strategy": "single"},
+                "devicePlugin": {"config": {"name": "dp", "default": "ts"}},
+                "migManager": {"config": {"name": "layouts"}},
+            },
+        }
+    ],
+    "config_maps": [
+        {"namespace": "gpu-operator", "name": "dp", "data": {"ts": "version: v1\n"}},
+        {
+            "namespace": "gpu-operator",
+            "name": "layouts",
+            "data": {
+                "config.yaml": "version: v1\nmig-configs: {all-disabled: [{devices: all, mig-enabled: false}]}\n"
+            },
+        },
+    ],
+}
+
+
+def test_the_snapshot_base_is_valid() -> None:
+    snapshot = Snapshot.from_json(json.dumps(SNAPSHOT_BASE), "base.json")
+    run_checks(snapshot)
+    assert twin_spec(snapshot).nodes[0].gpus == "h100-80gb:2"
+
+
+@FUZZ
+@given(data=st.data())
+def test_near_valid_snapshots_give_findings_a_twin_or_the_snapshots_error(
+    data: st.DataObject,
+) -> None:
+    # the doctor and what-if read the same snapshot: neither may crash on it (issue 29: a
+    # devicePlugin.config.default list, a migManager string)
+    text = json.dumps(data.draw(mutated(SNAPSHOT_BASE)), default=str)
+
+    def read() -> None:
+        snapshot = Snapshot.from_json(text, "fuzz.json")
+        run_checks(snapshot)
+        twin_spec(snapshot)
+
+    outcome(read, (SnapshotError, TwinSpecError))
 
 
 COUNTER_LINE = st.tuples(

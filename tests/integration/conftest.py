@@ -21,7 +21,10 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
-from kubegpu.sim.controlplane import ControlPlane, ControlPlaneError
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.controlplane.process import ControlPlaneError
+
+from .simnodes import SimNodes
 
 START_TIMEOUT_S = 180.0
 FIELD_MANAGER = "kubegpu-tests"
@@ -91,6 +94,17 @@ async def akube(control_plane: ControlPlane) -> AsyncIterator[AsyncClient]:
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture
+async def sim_nodes(control_plane: ControlPlane, akube: AsyncClient) -> AsyncIterator[SimNodes]:
+    """The test's simulated nodes (`SimNodes.start`); each is stopped, its Node deleted, its
+    directory removed and no pod process of it left after the test."""
+    nodes = SimNodes(control_plane.kubeconfig_path, akube)
+    try:
+        yield nodes
+    finally:
+        await nodes.close()
 
 
 @pytest.fixture

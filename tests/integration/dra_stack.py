@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,17 +22,16 @@ from typing import IO, Any
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
 
 from kubegpu.catalog import nvidia
 from kubegpu.dra.classes import device_classes
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.node import SimNode, SimNodeConfig
-from kubegpu.sim.pods import pod_processes
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.kubelet.node import SimNode
 
 from .helpers import eventually
+from .simnodes import sim_node
 
 Json = dict[str, Any]
 #: GPU index -> MIG profiles to create on it; () only enables MIG mode (dynamic MIG).
@@ -86,21 +83,11 @@ async def sim_gpu_node(
     """A started simulated node with `gpus` (e.g. "h200-nvl:2"), MIG as `mig` says; on exit
     stopped (no pod process left behind) and its Node object deleted. `nfd=False`: without
     Node Feature Discovery's labels, so an operator in the same cluster leaves it alone."""
-    root = tempfile.mkdtemp(prefix="kg-", dir="/tmp")  # short: unix socket paths are limited
-    node = SimNode(
-        SimNodeConfig(name=name, root=Path(root), gpus=gpus, lease_interval_s=1.0, nfd=nfd),
-        control_plane.kubeconfig_path,
-    )
-    await node.start()
-    try:
+    async with sim_node(
+        control_plane.kubeconfig_path, akube, name, gpus=gpus, lease_interval_s=1.0, nfd=nfd
+    ) as node:
         apply_mig(node.gpu_state, mig or {})
         yield node
-    finally:
-        await node.stop()
-        assert pod_processes(node.root) == [], f"{node.name} left pod processes behind"
-        with contextlib.suppress(ApiError):
-            await akube.delete(Node, node.name)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 # -- its plugin ------------------------------------------------------------------------------

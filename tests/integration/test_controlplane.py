@@ -23,16 +23,11 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Namespace, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
 
-from kubegpu.sim.controlplane import (
-    COMPONENTS,
-    LEADER_LEASE_S,
-    ControlPlane,
-    ControlPlaneError,
-    PidRecord,
-    find_bin_dir,
-    read_pid_file,
-    write_pid_file,
-)
+from kubegpu.sim.controlplane.binaries import COMPONENTS, find_bin_dir
+from kubegpu.sim.controlplane.kube import LEADER_LEASE_S
+from kubegpu.sim.controlplane.pids import PidRecord, read_pid_file, write_pid_file
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.controlplane.process import ControlPlaneError
 
 pytestmark = pytest.mark.cluster
 

@@ -5,11 +5,8 @@ restarts and relabelling."""
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +21,10 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBi
 from kubegpu.mig.config import MigConfigEntry
 from kubegpu.mig.parted import apply_config
 from kubegpu.sharing.allocate import accepts_envvar, visible_devices
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode
 
 from .helpers import eventually
+from .simnodes import SimNodes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -36,30 +34,11 @@ IMAGE = "ghcr.io/kubegpu/kubegpu:test"
 
 
 @pytest.fixture
-async def make_node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[MakeNode]:
-    nodes: list[SimNode] = []
-    roots: list[str] = []
-
+def make_node(sim_nodes: SimNodes) -> MakeNode:
     async def make(name: str, gpus: str, labels: dict[str, str]) -> SimNode:
-        root = tempfile.mkdtemp(prefix="kg-", dir="/tmp")  # short: unix socket paths are limited
-        roots.append(root)
-        node = SimNode(
-            SimNodeConfig(
-                name=name, root=Path(root), gpus=gpus, labels=labels, lease_interval_s=1.0
-            ),
-            control_plane.kubeconfig_path,
-        )
-        await node.start()
-        nodes.append(node)
-        return node
+        return await sim_nodes.start(name, gpus=gpus, labels=labels, lease_interval_s=1.0)
 
-    yield make
-    for node in nodes:
-        await node.stop()
-        with contextlib.suppress(ApiError):
-            await akube.delete(Node, node.name)
-    for root in roots:
-        shutil.rmtree(root, ignore_errors=True)
+    return make
 
 
 @pytest.fixture

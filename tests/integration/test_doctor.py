@@ -161,7 +161,7 @@ async def test_the_demo_cluster_gets_a_clean_report(stack: Stack, tmp_path: Path
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "no problems found: 14 checks on 3 node(s)" in result.output
+    assert "no problems found: 19 checks on 3 node(s)" in result.output
     assert Snapshot.from_json(saved.read_text()).nodes
 
 

@@ -5,16 +5,13 @@ pod's claim from its template, and partitionable devices (shared counters) are h
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import (
     DeviceClass,
     ResourceClaim,
@@ -22,10 +19,11 @@ from lightkube.resources.resource_v1 import (
     ResourceSlice,
 )
 
-from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.kubelet.node import SimNode
 
 from .helpers import eventually
+from .simnodes import sim_node
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -35,19 +33,10 @@ GiB = 1024**3
 @pytest.fixture
 async def cpu_node(control_plane: ControlPlane, akube: AsyncClient) -> AsyncIterator[SimNode]:
     """A Ready node with no GPUs (nothing on it prepares claims: no DRA plugin registers)."""
-    root = tempfile.mkdtemp(prefix="kg-", dir="/tmp")
-    node = SimNode(
-        SimNodeConfig(name="dra-cp", root=Path(root), lease_interval_s=1.0),
-        control_plane.kubeconfig_path,
-    )
-    await node.start()
-    try:
+    async with sim_node(
+        control_plane.kubeconfig_path, akube, "dra-cp", lease_interval_s=1.0
+    ) as node:
         yield node
-    finally:
-        await node.stop()
-        with contextlib.suppress(ApiError):
-            await akube.delete(Node, node.name)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _device(name: str, memory: int, counters: str | None = None) -> dict[str, Any]:

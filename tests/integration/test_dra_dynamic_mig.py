@@ -17,8 +17,8 @@ from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from kubegpu.catalog import nvidia
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.node import SimNode
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.kubelet.node import SimNode
 
 from .dra_stack import device_classes_applied, environ, published_slices, sim_gpu_node
 from .dra_stack import dra_plugin as start_plugin

@@ -19,8 +19,8 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
 from kubegpu.catalog import nvidia
-from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.node import SimNode
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.kubelet.node import SimNode
 
 from .dra_stack import device_classes_applied, published_devices, sim_gpu_node
 from .dra_stack import dra_plugin as start_plugin

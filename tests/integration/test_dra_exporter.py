@@ -20,7 +20,7 @@ from prometheus_client.samples import Sample
 from kubegpu.catalog import nvidia
 from kubegpu.exporter import Exporter, ExporterConfig
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.controlplane import ControlPlane
+from kubegpu.sim.controlplane.plane import ControlPlane
 
 from .dra_stack import DraCluster, claim_pod, claim_template, device_uuid, dra_cluster
 from .helpers import eventually

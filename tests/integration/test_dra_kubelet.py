@@ -6,9 +6,7 @@ devices' environment), failures reported as the kubelet does, pod-resources
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ import grpc
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Event, Node, Pod
+from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import (
     DeviceClass,
     ResourceClaim,
@@ -27,13 +25,12 @@ from lightkube.resources.resource_v1 import (
 
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
-from kubegpu.sim.controlplane import ControlPlane
-from kubegpu.sim.dra import FAILED_PREPARE
-from kubegpu.sim.node import SimNode, SimNodeConfig
-from kubegpu.sim.pods import pod_processes
+from kubegpu.sim.kubelet.dramanager import FAILED_PREPARE
+from kubegpu.sim.kubelet.node import SimNode
 
 from .fake_dra_plugin import ENV, FakeDraPlugin
 from .helpers import eventually
+from .simnodes import SimNodes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -41,26 +38,13 @@ MakeNode = Callable[[str], Any]
 
 
 @pytest.fixture
-async def make_node(control_plane: ControlPlane, akube: AsyncClient) -> AsyncIterator[MakeNode]:
-    nodes: list[SimNode] = []
+def make_node(sim_nodes: SimNodes) -> MakeNode:
+    """Nodes that leave no pod process behind (`sim_nodes` checks it)."""
 
     async def make(name: str) -> SimNode:
-        root = tempfile.mkdtemp(prefix="kg-", dir="/tmp")  # short: unix socket paths are limited
-        node = SimNode(
-            SimNodeConfig(name=name, root=Path(root), lease_interval_s=1.0),
-            control_plane.kubeconfig_path,
-        )
-        await node.start()
-        nodes.append(node)
-        return node
+        return await sim_nodes.start(name, lease_interval_s=1.0)
 
-    yield make
-    for node in nodes:
-        await node.stop()
-        assert pod_processes(node.root) == [], f"{node.name} left pod processes behind"
-        with contextlib.suppress(ApiError):
-            await akube.delete(Node, node.name)
-        shutil.rmtree(node.root, ignore_errors=True)
+    return make
 
 
 @pytest.fixture

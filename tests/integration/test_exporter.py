@@ -5,26 +5,21 @@ exporter's series carry the pods' names while the allocated devices show load.""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-import tempfile
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from kubegpu.exporter import Exporter, ExporterConfig
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.node import SimNode, SimNodeConfig
 
 from .fake_plugin import FakePlugin
 from .helpers import eventually
+from .simnodes import SimNodes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -66,20 +61,15 @@ def series(metrics: dict[str, list[Sample]], name: str, **labels: str) -> list[S
 async def test_pods_are_named_on_their_devices_series_and_their_devices_are_busy(
     control_plane: Any, akube: AsyncClient, namespace: str
 ) -> None:
-    root = Path(tempfile.mkdtemp(prefix="kg-", dir="/tmp"))
-    node = SimNode(
-        SimNodeConfig(
-            name=NODE,
-            root=root,
+    sim_nodes = SimNodes(control_plane.kubeconfig_path, akube)
+    plugins: list[FakePlugin] = []
+    try:
+        node = await sim_nodes.start(
+            NODE,
             gpus="h100-80gb:3;seed=exporter-it",
             labels={"pool": "exporter"},
             lease_interval_s=1.0,
-        ),
-        control_plane.kubeconfig_path,
-    )
-    plugins: list[FakePlugin] = []
-    await node.start()
-    try:
+        )
         gpus = SimNvml(node.gpu_state)
         gpus.set_mig_mode(1, True)
         for _ in range(2):
@@ -166,7 +156,4 @@ async def test_pods_are_named_on_their_devices_series_and_their_devices_are_busy
     finally:
         for plugin in plugins:
             await plugin.stop()
-        await node.stop()
-        with contextlib.suppress(ApiError):
-            await akube.delete(Node, NODE)
-        shutil.rmtree(root, ignore_errors=True)
+        await sim_nodes.close()

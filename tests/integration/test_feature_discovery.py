@@ -7,11 +7,7 @@ trigger: a config change, the MIG manager's state label, or labels changed by ha
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +20,10 @@ from kubegpu.kube.labels import labels_of
 from kubegpu.mig.config import parse_config
 from kubegpu.mig.parted import apply_config
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode
 
 from .helpers import eventually
+from .simnodes import SimNodes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -48,32 +45,19 @@ Run = Callable[..., Awaitable[tuple[SimNode, FeatureDiscovery]]]
 
 
 @pytest.fixture
-async def gfd(control_plane: Any, akube: AsyncClient) -> AsyncIterator[Run]:
+async def gfd(sim_nodes: SimNodes, akube: AsyncClient) -> AsyncIterator[Run]:
     """Start a simulated node and feature discovery for it; both are stopped afterwards."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
 
     async def start(
         name: str, config: str | None = None, **options: Any
     ) -> tuple[SimNode, FeatureDiscovery]:
-        root = Path(tempfile.mkdtemp(prefix="kg-", dir="/tmp"))
-        node = SimNode(
-            SimNodeConfig(
-                name=name,
-                root=root,
-                gpus="h200-nvl:8",
-                labels={"team": "ml", "nvidia.com/gpu.deploy.device-plugin": "true"},
-            ),
-            control_plane.kubeconfig_path,
+        node = await sim_nodes.start(
+            name,
+            gpus="h200-nvl:8",
+            labels={"team": "ml", "nvidia.com/gpu.deploy.device-plugin": "true"},
         )
-        await node.start()
-
-        async def drop_node() -> None:
-            await node.stop()
-            with contextlib.suppress(ApiError):
-                await akube.delete(Node, name)
-            shutil.rmtree(root, ignore_errors=True)
-
-        cleanups.append(drop_node)
+        root = node.root
         config_file = config_dir = None
         if isinstance(config, str):
             config_file = root / "etc/kubegpu/config.yaml"

@@ -35,7 +35,8 @@ from kubegpu.operator.access import SENSITIVE, Forbidden, Grant, expand, parse_d
 from kubegpu.operator.gpucluster import dra_states
 from kubegpu.operator.rbac import operand_rbac, rbac_objects
 from kubegpu.operator.states import STATES
-from kubegpu.sim.controlplane import ControlPlane, find_bin_dir
+from kubegpu.sim.controlplane.binaries import find_bin_dir
+from kubegpu.sim.controlplane.plane import ControlPlane
 
 ROOT = Path(__file__).parents[2]
 CHART = ROOT / "deploy" / "helm" / "kubegpu"

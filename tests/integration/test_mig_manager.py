@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -28,6 +26,7 @@ from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.nodes import watch_node
+from kubegpu.mig import parted
 from kubegpu.mig.parted import read_node
 from kubegpu.mig_manager import (
     MIG_CONFIG_LABEL,
@@ -40,10 +39,11 @@ from kubegpu.mig_manager import (
 from kubegpu.mig_manager.manager import Failed
 from kubegpu.nvml import MigMode
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode
 
 from .fake_plugin import FakePlugin
 from .helpers import eventually
+from .simnodes import SimNodes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -90,7 +90,7 @@ Env = dict[str, Any]
 
 @pytest.fixture
 async def env(
-    control_plane: Any, akube: AsyncClient, namespace: str
+    sim_nodes: SimNodes, akube: AsyncClient, namespace: str
 ) -> AsyncIterator[Callable[..., Awaitable[Env]]]:
     """Builds a simulated node with stand-in operands and a MIG manager running in-process."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
@@ -101,26 +101,9 @@ async def env(
         labels: dict[str, str] | None = None,
         **settings: Any,
     ) -> Env:
-        root = Path(tempfile.mkdtemp(prefix="kg-", dir="/tmp"))
-        node = SimNode(
-            SimNodeConfig(
-                name=name,
-                root=root,
-                gpus=gpus,
-                labels={**OPERAND_LABELS, **(labels or {})},
-                lease_interval_s=1.0,
-            ),
-            control_plane.kubeconfig_path,
+        node = await sim_nodes.start(
+            name, gpus=gpus, labels={**OPERAND_LABELS, **(labels or {})}, lease_interval_s=1.0
         )
-        await node.start()
-
-        async def drop_node() -> None:
-            await node.stop()
-            with contextlib.suppress(ApiError):
-                await akube.delete(Node, name)
-            shutil.rmtree(root, ignore_errors=True)
-
-        cleanups.append(drop_node)
         for operand in ("device-plugin", "gpu-feature-discovery", "dcgm-exporter"):
             await akube.create(_operand(name, operand), namespace=namespace)
         recorder = Recorder(akube, name)
@@ -229,6 +212,34 @@ def layout(node: SimNode) -> list[Counter[str] | None]:
 
 
 # -- the happy path ----------------------------------------------------------------------------
+
+
+async def test_one_label_change_plans_the_node_once_and_once_more_under_the_lock(
+    env: Callable[..., Awaitable[Env]], akube: AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each plan reads the node's GPUs from NVML (`mig.parted.read_gpus`). A change is
+    planned once and that plan carried through its steps, and planned once more under the
+    node's MIG lock; a value already applied is planned once."""
+    e = await env("mm-plans")
+    node: SimNode = e["node"]
+    await e["start"]()
+    reads: list[int] = []
+    read_gpus = parted.read_gpus
+
+    def counted(nvml: Any) -> Any:
+        reads.append(1)
+        return read_gpus(nvml)
+
+    monkeypatch.setattr(parted, "read_gpus", counted)
+    await label(akube, node.name, "all-1g.18gb")
+    assert await settled(akube, node.name) == "success"
+    assert layout(node) == [Counter({"1g.18gb": 7})] * 8
+    assert len(reads) == 2
+    reads.clear()
+    # the same value asked for again (the state label removed): already applied
+    await akube.patch(Node, node.name, {"metadata": {"labels": {MIG_STATE_LABEL: None}}})
+    assert await settled(akube, node.name) == "success"
+    assert len(reads) == 1
 
 
 async def test_a_layout_is_applied_with_operands_paused_and_restored_exactly(

@@ -17,7 +17,7 @@ from lightkube import AsyncClient
 
 from kubegpu.mig.lock import MigLock, lock_path
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.node import SimNode
+from kubegpu.sim.kubelet.node import SimNode
 
 from .test_mig_manager import (  # noqa: F401 - `env` is a fixture
     PAUSED,

@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -28,9 +26,10 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBi
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.nodes import watch_node
 from kubegpu.mig_manager import MIG_CONFIG_LABEL, MIG_STATE_LABEL, PAUSED
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode
 
 from .helpers import eventually
+from .simnodes import SimNodes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -182,6 +181,7 @@ Cluster = Callable[..., Awaitable[tuple[SimNode, Recorder]]]
 async def cluster(control_plane: Any, akube: AsyncClient, namespace: str) -> AsyncIterator[Cluster]:
     """A simulated GPU node plus RBAC for the node components' service account."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
+    sim_nodes = SimNodes(control_plane.kubeconfig_path, akube)  # ended before the RBAC goes
     role = f"kubegpu-node-{namespace}"
     await akube.create(ClusterRole(metadata=ObjectMeta(name=role), rules=RULES))
     await akube.create(
@@ -193,24 +193,15 @@ async def cluster(control_plane: Any, akube: AsyncClient, namespace: str) -> Asy
     )
 
     async def make(name: str, gpus: str, *daemonsets: DaemonSet) -> tuple[SimNode, Recorder]:
-        root = Path(tempfile.mkdtemp(prefix="kg-", dir="/tmp"))
         labels = {
             DEPLOY + o: "true" for o in ("device-plugin", "gpu-feature-discovery", "mig-manager")
         }
-        node = SimNode(
-            SimNodeConfig(name=name, root=root, gpus=gpus, labels=labels, lease_interval_s=2.0),
-            control_plane.kubeconfig_path,
-        )
-        await node.start()
+        node = await sim_nodes.start(name, gpus=gpus, labels=labels, lease_interval_s=2.0)
 
-        async def drop() -> None:
+        async def drop() -> None:  # the node itself ends after the test (sim_nodes)
             for ds in daemonsets:
                 with contextlib.suppress(ApiError):
                     await akube.delete(DaemonSet, ds.metadata.name, namespace=namespace)
-            await node.stop()
-            with contextlib.suppress(ApiError):
-                await akube.delete(Node, name)
-            shutil.rmtree(root, ignore_errors=True)
 
         cleanups.append(drop)
         recorder = Recorder(akube, name)
@@ -222,6 +213,7 @@ async def cluster(control_plane: Any, akube: AsyncClient, namespace: str) -> Asy
     yield make
     for cleanup in reversed(cleanups):
         await cleanup()
+    await sim_nodes.close()
     await akube.delete(ClusterRoleBinding, role)
     await akube.delete(ClusterRole, role)
 

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,9 +25,10 @@ from kubegpu.exporter.processes import ProcCgroups
 from kubegpu.mig.config import MigConfigEntry
 from kubegpu.mig.parted import apply_config
 from kubegpu.nvml.sim.mps import SimMps
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode
 
 from .helpers import eventually
+from .simnodes import sim_node
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -54,19 +52,15 @@ MPS_MOUNT = {"name": "mps", "mountPath": "/run/nvidia/mps"}
 
 @pytest.fixture
 async def node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[SimNode]:
-    root = tempfile.mkdtemp(prefix="kg-", dir="/tmp")  # short: unix socket paths are limited
-    sim = SimNode(
-        SimNodeConfig(
-            name=NODE, root=Path(root), gpus="h200-nvl:1", labels={"mm": "1"}, lease_interval_s=1.0
-        ),
+    async with sim_node(
         control_plane.kubeconfig_path,
-    )
-    await sim.start()
-    yield sim
-    await sim.stop()
-    with contextlib.suppress(ApiError):
-        await akube.delete(Node, NODE)
-    shutil.rmtree(root, ignore_errors=True)
+        akube,
+        NODE,
+        gpus="h200-nvl:1",
+        labels={"mm": "1"},
+        lease_interval_s=1.0,
+    ) as sim:
+        yield sim
 
 
 def component(name: str, command: list[str]) -> DaemonSet:

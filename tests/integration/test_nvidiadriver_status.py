@@ -10,7 +10,7 @@ from lightkube import AsyncClient
 
 from kubegpu.kube.crds import crd_manifests
 from kubegpu.operator.nvidiadriver import NOT_SUPPORTED, DriverStatusReporter
-from kubegpu.sim.controlplane import ControlPlane
+from kubegpu.sim.controlplane.plane import ControlPlane
 
 from .test_crds_strict import apply_strict, kubectl
 

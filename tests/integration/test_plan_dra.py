@@ -28,7 +28,7 @@ from kubegpu.plan import make_plan, parse_data
 from kubegpu.plan.check import check_plan
 from kubegpu.plan.emit import render_dra
 from kubegpu.plan.result import Plan
-from kubegpu.sim.controlplane import ControlPlane
+from kubegpu.sim.controlplane.plane import ControlPlane
 
 from .dra_stack import IMAGE, SLEEP, DraCluster, dra_cluster, published_devices
 from .helpers import eventually

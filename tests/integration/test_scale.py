@@ -31,8 +31,8 @@ from kubegpu.kube.policy import ClusterPolicyResource
 from kubegpu.operator.controller import FIELD_MANAGER, Operator, OperatorConfig
 from kubegpu.operator.operands.context import EXPORTER_PORT
 from kubegpu.operator.render import HASH_ANNOTATION
-from kubegpu.sim.controlplane import SIZE_PROFILES, ControlPlane
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.controlplane.plane import SIZE_PROFILES, ControlPlane
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 from .helpers import eventually
 

@@ -13,10 +13,7 @@ process on them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import shutil
-import tempfile
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -25,7 +22,6 @@ from typing import Any
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
@@ -36,10 +32,11 @@ from kubegpu.exporter import Exporter, ExporterConfig
 from kubegpu.exporter.poddirectory import PodDirectory
 from kubegpu.feature_discovery.discovery import FeatureDiscovery, GfdOptions
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.gpuload import ENV_MEMORY, ENV_SM
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.gpuload import ENV_MEMORY, ENV_SM
+from kubegpu.sim.kubelet.node import SimNode
 
 from .helpers import eventually
+from .simnodes import SimNodes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -57,29 +54,15 @@ Start = Callable[..., Awaitable[GpuNode]]
 
 
 @pytest.fixture
-async def gpu_node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[Start]:
+async def gpu_node(sim_nodes: SimNodes, akube: AsyncClient) -> AsyncIterator[Start]:
     """A simulated node with the real device plugin and feature discovery, in-process."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
 
     async def start(
         name: str, gpus: str, config: str, prepare: Callable[[SimNvml], None] | None = None
     ) -> GpuNode:
-        root = Path(tempfile.mkdtemp(prefix="kg-", dir="/tmp"))  # short unix socket paths
-        node = SimNode(
-            SimNodeConfig(
-                name=name, root=root, gpus=gpus, labels={"pool": name}, lease_interval_s=1.0
-            ),
-            control_plane.kubeconfig_path,
-        )
-        await node.start()
-
-        async def drop_node() -> None:
-            await node.stop()
-            with contextlib.suppress(ApiError):
-                await akube.delete(Node, name)
-            shutil.rmtree(root, ignore_errors=True)
-
-        cleanups.append(drop_node)
+        node = await sim_nodes.start(name, gpus=gpus, labels={"pool": name}, lease_interval_s=1.0)
+        root = node.root
         nvml = SimNvml(node.gpu_state)
         if prepare is not None:
             prepare(nvml)

@@ -5,22 +5,18 @@ simulated kubelet's HTTPS endpoint) returns their output."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.node import SimNode
 
 from .fake_plugin import FakePlugin
 from .helpers import eventually
+from .simnodes import SimNodes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -30,13 +26,8 @@ NODE = "sim-smi"
 
 
 @pytest.fixture
-async def gpu_node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[SimNode]:
-    root = Path(tempfile.mkdtemp(prefix="kg-", dir="/tmp"))
-    node = SimNode(
-        SimNodeConfig(name=NODE, root=root, gpus="h100-80gb:2", labels={"pool": "smi"}),
-        control_plane.kubeconfig_path,
-    )
-    await node.start()
+async def gpu_node(sim_nodes: SimNodes, akube: AsyncClient) -> AsyncIterator[SimNode]:
+    node = await sim_nodes.start(NODE, gpus="h100-80gb:2", labels={"pool": "smi"})
     assert node.nvml is not None
     plugin = FakePlugin(
         node.devices.plugin_dir, "nvidia.com/gpu", [d.uuid for d in node.nvml.devices()]
@@ -51,11 +42,7 @@ async def gpu_node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[SimN
         await eventually(advertised)
         yield node
     finally:
-        await plugin.stop()
-        await node.stop()
-        with contextlib.suppress(ApiError):
-            await akube.delete(Node, NODE)
-        shutil.rmtree(root, ignore_errors=True)
+        await plugin.stop()  # the node ends after it (sim_nodes)
 
 
 def workload(name: str, image: str, command: list[str] | None, gpus: int = 1) -> Pod:
@@ -143,17 +130,11 @@ async def test_each_node_has_its_own_address_for_host_network_pods(
 ) -> None:
     """The same port on two nodes (NVIDIA's exporter on :9400 everywhere) never collides,
     and each listens on its node's InternalIP, where the API server reaches it."""
-    roots = [Path(tempfile.mkdtemp(prefix="kg-", dir="/tmp")) for _ in range(2)]
-    nodes = [
-        SimNode(
-            SimNodeConfig(name=f"sim-net-{i}", root=root, labels={"pool": f"net-{i}"}),
-            control_plane.kubeconfig_path,
-        )
-        for i, root in enumerate(roots)
-    ]
+    sim_nodes = SimNodes(control_plane.kubeconfig_path, akube)
+    nodes: list[SimNode] = []
     try:
-        for node in nodes:
-            await node.start()
+        for i in range(2):
+            nodes.append(await sim_nodes.start(f"sim-net-{i}", labels={"pool": f"net-{i}"}))
         assert nodes[0].address != nodes[1].address
         for i, node in enumerate(nodes):
             n = await akube.get(Node, node.name)
@@ -194,11 +175,6 @@ async def test_each_node_has_its_own_address_for_host_network_pods(
             assert pod.status.phase == "Running"
             assert pod.status.podIP == pod.status.hostIP == node.address
     finally:
-        for node in nodes:
-            await node.stop()
-            with contextlib.suppress(ApiError):
-                await akube.delete(Node, node.name)
-        for root in roots:
-            shutil.rmtree(root, ignore_errors=True)
+        await sim_nodes.close()
     # the addresses were given back
     assert all(node.network is None for node in nodes)

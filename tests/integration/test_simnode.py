@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import shutil
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +25,11 @@ from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
 from kubegpu.nvml import errors
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.node import SimNode, SimNodeConfig
-from kubegpu.sim.pods import pod_processes
+from kubegpu.sim.kubelet.node import SimNode
 
 from .fake_plugin import FakePlugin
 from .helpers import eventually
+from .simnodes import SimNodes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -40,33 +37,15 @@ MakeNode = Callable[..., Any]
 
 
 @pytest.fixture
-async def make_node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[MakeNode]:
-    nodes: list[SimNode] = []
-    roots: list[str] = []
+def make_node(sim_nodes: SimNodes) -> MakeNode:
+    """Nodes that leave no pod process behind (`sim_nodes` checks it)."""
 
     async def make(
         name: str, gpus: str | None = None, labels: dict[str, str] | None = None
     ) -> SimNode:
-        root = tempfile.mkdtemp(prefix="kg-", dir="/tmp")  # short: unix socket paths are limited
-        roots.append(root)
-        node = SimNode(
-            SimNodeConfig(
-                name=name, root=Path(root), gpus=gpus, labels=labels or {}, lease_interval_s=1.0
-            ),
-            control_plane.kubeconfig_path,
-        )
-        await node.start()
-        nodes.append(node)
-        return node
+        return await sim_nodes.start(name, gpus=gpus, labels=labels or {}, lease_interval_s=1.0)
 
-    yield make
-    for node in nodes:
-        await node.stop()
-        assert pod_processes(node.root) == [], f"{node.name} left pod processes behind"
-        with contextlib.suppress(ApiError):
-            await akube.delete(Node, node.name)
-    for root in roots:
-        shutil.rmtree(root, ignore_errors=True)
+    return make
 
 
 def _pod(

@@ -25,7 +25,7 @@ from kubegpu.operator.access import (
 from kubegpu.operator.gpucluster import dra_states
 from kubegpu.operator.rbac import operand_rbac
 from kubegpu.operator.states import STATES
-from kubegpu.sim.controlplane import find_bin_dir
+from kubegpu.sim.controlplane.binaries import find_bin_dir
 
 ROOT = Path(__file__).parents[2]
 DOC = ROOT / "docs" / "security.md"

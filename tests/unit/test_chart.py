@@ -19,7 +19,7 @@ from kubegpu.kube.policy import parse_policy_spec, unknown_fields
 from kubegpu.operator.rbac import operand_rbac
 from kubegpu.operator.render import KUBEGPU_COMMANDS
 from kubegpu.operator.states import STATES
-from kubegpu.sim.controlplane import find_bin_dir
+from kubegpu.sim.controlplane.binaries import find_bin_dir
 
 ROOT = Path(__file__).parents[2]
 CHART = ROOT / "deploy" / "helm" / "kubegpu"

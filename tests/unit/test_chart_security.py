@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kubegpu.sim.controlplane import find_bin_dir
+from kubegpu.sim.controlplane.binaries import find_bin_dir
 
 CHART = Path(__file__).parents[2] / "deploy" / "helm" / "kubegpu"
 

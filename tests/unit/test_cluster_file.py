@@ -44,6 +44,14 @@ def test_the_example_cluster_file_loads() -> None:
             f"nodes:\n  - name: a\n    labels: {{k: {'x' * 64}}}\n",
             "field nodes.0.labels: label 'k', value 'xxxx",
         ),
+        # issue 29: the API server refused this Node after the control plane had started
+        (
+            "nodes:\n  - name: a\n    cpu: lots\n",
+            "field nodes.0.cpu, value 'lots': 'lots' is not a",
+        ),
+        ("nodes:\n  - name: a\n    memory: 256GB\n", "field nodes.0.memory, value '256GB'"),
+        ("nodes:\n  - name: a\n    memory: -1Gi\n", "'-1Gi' must be above zero"),
+        ("nodes:\n  - name: a\n    cpu: '0'\n", "field nodes.0.cpu, value '0': '0' must be above"),
     ],
 )
 def test_bad_cluster_files_name_field_and_value(tmp_path: Path, text: str, message: str) -> None:

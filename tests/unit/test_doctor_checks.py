@@ -446,3 +446,197 @@ def test_an_operand_that_keeps_restarting_is_crash_looping_until_it_stays_up(
     pods = tuple(flapping if p.key == victim.key else p for p in demo.pods)
     findings = run_checks(demo.model_copy(update={"pods": pods}))
     assert [f.object for f in findings] == ([f"pod/{victim.key}"] if flagged else [])
+
+
+# --- what the components really run (issue 30) ----------------------------------------------
+
+# NVIDIA's MPS example: no flags.mpsRoot in the file; the operator's DaemonSet supplies it
+NVIDIA_MPS_EXAMPLE = """version: v1
+sharing:
+  mps:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 10
+"""
+
+
+def with_plugin(snap: Snapshot, configs: dict[str, str], env: dict[str, str]) -> Snapshot:
+    cms = tuple(
+        c.model_copy(update={"data": {**c.data, **configs}})
+        if c.name == "device-plugin-configs"
+        else c
+        for c in snap.config_maps
+    )
+    dss = tuple(
+        d.model_copy(update={"env": env}) if d.name == nvidia.DEVICE_PLUGIN_DAEMONSET else d
+        for d in snap.daemon_sets
+    )
+    return snap.model_copy(update={"config_maps": cms, "daemon_sets": dss})
+
+
+def test_nvidias_mps_example_loads_with_the_daemonsets_mps_root(demo: Snapshot) -> None:
+    snap = with_plugin(demo, {"mps": NVIDIA_MPS_EXAMPLE}, {"MPS_ROOT": "/run/nvidia/mps"})
+    on_l4 = relabel_keys(snap, L4_NODE, {nvidia.DEVICE_PLUGIN_CONFIG: "mps"})
+    assert run_checks(on_l4) == []
+    # ...and on the MIG node the real problem shows, not a load error hiding it
+    on_mig = relabel_keys(snap, MIG_NODE, {nvidia.DEVICE_PLUGIN_CONFIG: "mps"})
+    assert found(on_mig) == {("mps-on-mig", f"node/{MIG_NODE}")}
+    # without the override the plugin would refuse it too: the doctor says so
+    bare = with_plugin(demo, {"mps": NVIDIA_MPS_EXAMPLE}, {})
+    refused = run_checks(relabel_keys(bare, L4_NODE, {nvidia.DEVICE_PLUGIN_CONFIG: "mps"}))
+    assert {(f.check, f.object) for f in refused} == {
+        ("plugin-config-invalid", f"node/{L4_NODE}"),
+        ("plugin-config-invalid", f"node/{RTX_NODE}"),  # the demo's MPS node
+    }
+    assert all("mps-root" in f.evidence for f in refused)
+
+
+def test_an_override_the_plugin_cannot_take_is_reported(demo: Snapshot) -> None:
+    snap = with_plugin(demo, {}, {"MIG_STRATEGY": "sideways"})
+    checks = {f.check for f in run_checks(snap)}
+    assert checks == {"plugin-config-invalid"}
+    (finding, *_) = run_checks(snap)
+    assert "MIG_STRATEGY" in finding.evidence and "sideways" in finding.evidence
+
+
+MIXED_LAYOUT = """version: v1
+mig-configs:
+  half-and-half:
+  - devices: [0, 1, 2, 3]
+    mig-enabled: true
+    mig-devices:
+      1g.18gb: 7
+  - devices: [4, 5, 6, 7]
+    mig-enabled: false
+"""
+
+
+def test_single_on_mixed_layouts_is_not_also_an_unplaceable_layout(demo: Snapshot) -> None:
+    """`-MIG-INVALID` with gpu.count=0 says nothing of how many GPUs there are: the layout is
+    checked on as many as it names, not on one ("this node has 1 GPUs")."""
+    cms = tuple(
+        c.model_copy(update={"data": {"config.yaml": MIXED_LAYOUT}})
+        if c.name == f"{MIG_NODE}-mig-config"
+        else c
+        for c in demo.config_maps
+    )
+    snap = demo.model_copy(update={"config_maps": cms})
+    broken = relabel_keys(
+        snap,
+        MIG_NODE,
+        {
+            nvidia.GPU_PRODUCT: "NVIDIA-H200-NVL-MIG-INVALID",
+            nvidia.GPU_COUNT: "0",
+            nvidia.MIG_CONFIG: "half-and-half",
+        },
+    )
+    assert found(broken) == {("mig-single-invalid", f"node/{MIG_NODE}")}
+
+
+def test_an_isolation_label_the_doctor_cannot_read_is_a_finding(demo: Snapshot) -> None:
+    pods = (
+        PodInfo(
+            namespace="team",
+            name="typo",
+            node=L4_NODE,
+            phase="Running",
+            labels={ISOLATION_LABEL: "exclusiv"},
+            limits={nvidia.GPU_RESOURCE: "1"},
+        ),
+        PodInfo(
+            namespace="team",
+            name="garbled",
+            node=L4_NODE,
+            phase="Running",
+            annotations={nvidia.ISOLATION_ANNOTATION: "{not json"},
+            limits={nvidia.GPU_RESOURCE: "1"},
+        ),
+    )
+    findings = run_checks(demo.model_copy(update={"pods": (*demo.pods, *pods)}))
+    assert {(f.check, f.object) for f in findings} == {
+        ("isolation-label-invalid", "pod/team/typo"),
+        ("isolation-label-invalid", "pod/team/garbled"),
+    }
+    typo = next(f for f in findings if f.object == "pod/team/typo")
+    assert "'exclusiv'" in typo.evidence and "time-sliced" in typo.evidence
+
+
+def test_a_pod_the_kubelet_refused_is_a_finding(demo: Snapshot) -> None:
+    refused = PodInfo(
+        namespace="team",
+        name="two-replicas",
+        node=L4_NODE,
+        phase="Failed",
+        reason="UnexpectedAdmissionError",
+        message="Allocate failed due to request for more than one shared device",
+        limits={nvidia.GPU_RESOURCE: "2"},
+    )
+    (finding,) = run_checks(demo.model_copy(update={"pods": (*demo.pods, refused)}))
+    assert (finding.check, finding.object) == ("pod-admission-failed", "pod/team/two-replicas")
+    assert "more than one shared device" in finding.evidence
+
+
+def test_an_operand_that_cannot_start_for_its_config_is_a_finding(demo: Snapshot) -> None:
+    victim = next(p for p in demo.operand_pods if p.owner_name == nvidia.DEVICE_PLUGIN_DAEMONSET)
+    stuck = victim.model_copy(
+        update={
+            "containers": (
+                ContainerInfo(
+                    name="nvidia-device-plugin",
+                    state="waiting",
+                    reason="CreateContainerConfigError",
+                    message='configmap "time-slicing-config" not found',
+                ),
+            )
+        }
+    )
+    pods = tuple(stuck if p.key == victim.key else p for p in demo.pods)
+    (finding,) = run_checks(demo.model_copy(update={"pods": pods}))
+    assert (finding.check, finding.object) == ("operand-not-starting", f"pod/{victim.key}")
+    assert "time-slicing-config" in finding.evidence
+
+
+def test_a_missing_configmap_is_one_finding_naming_the_policy_field(demo: Snapshot) -> None:
+    policy = demo.cluster_policies[0]
+    spec = {
+        **policy.spec,
+        "devicePlugin": {**policy.spec["devicePlugin"], "config": {"name": "time-slicing-config"}},
+    }
+    broken = demo.model_copy(
+        update={"cluster_policies": (policy.model_copy(update={"spec": spec}),)}
+    )
+    (finding,) = run_checks(relabel_keys(broken, L4_NODE, {nvidia.DEVICE_PLUGIN_CONFIG: "x"}))
+    assert (finding.check, finding.object) == (
+        "policy-configmap-missing",
+        f"clusterpolicy/{policy.name}",
+    )
+    assert "spec.devicePlugin.config.name" in finding.summary
+    assert L4_NODE in finding.evidence and MIG_NODE in finding.evidence
+
+
+def test_a_pending_profile_that_fits_only_after_a_repacking_is_a_warning(demo: Snapshot) -> None:
+    """One 3g at 0 (where the MIG manager puts it) leaves no start for a 4g, which needs
+    0; the GPU holds both once the 3g moves to 4."""
+    one_3g = (
+        "version: v1\nmig-configs:\n  one-3g:\n  - devices: all\n    mig-enabled: true\n"
+        "    mig-devices:\n      3g.71gb: 1\n"
+    )
+    cms = tuple(
+        c.model_copy(update={"data": {"config.yaml": one_3g}})
+        if c.name == f"{MIG_NODE}-mig-config"
+        else c
+        for c in demo.config_maps
+    )
+    snap = relabel_keys(
+        demo.model_copy(update={"config_maps": cms}), MIG_NODE, {nvidia.MIG_CONFIG: "one-3g"}
+    )
+    waiting = PodInfo(
+        namespace="team", name="big", phase="Pending", limits={"nvidia.com/mig-4g.71gb": "1"}
+    )
+    (finding,) = run_checks(snap.model_copy(update={"pods": (*snap.pods, waiting)}))
+    assert (finding.check, finding.severity) == ("mig-fragmented", Severity.WARNING)
+    assert "4g.71gb" in finding.summary and "team/big" in finding.evidence
+    assert f"{MIG_NODE} GPU 0 (4 slices free; instances 3g.71gb@0:4)" in finding.evidence
+    # a profile there is room for now is no fragmentation
+    small = waiting.model_copy(update={"limits": {"nvidia.com/mig-1g.18gb": "1"}})
+    assert run_checks(snap.model_copy(update={"pods": (*snap.pods, small)})) == []

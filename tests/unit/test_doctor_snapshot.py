@@ -22,7 +22,7 @@ from kubegpu.doctor.snapshot import (
     load_snapshot,
 )
 from kubegpu.nvml.sim import SimControls, SimNvml
-from kubegpu.sim.node import write_pci_devices
+from kubegpu.sim.kubelet.node import write_pci_devices
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "doctor" / "demo.json"
 runner = CliRunner()
@@ -69,6 +69,31 @@ def test_a_snapshot_round_trips_through_json() -> None:
         (
             '{"events": [{"namespace": "n", "kind": "Node", "name": "a", "count": 2.0}]}',
             "field events['a'].count, value 2.0: Input should be a valid integer",
+        ),
+        # issue 29: a spec of the wrong shape was a traceback in the check that read it
+        (
+            '{"cluster_policies": [{"kind": "ClusterPolicy", "name": "cp", "spec": '
+            '{"devicePlugin": {"config": {"default": ["a"]}}}}]}',
+            "field cluster_policies['cp'].spec.devicePlugin.config.default: Input should be a "
+            "valid string",
+        ),
+        (
+            '{"cluster_policies": [{"kind": "ClusterPolicy", "name": "cp", "spec": '
+            '{"migManager": "on"}}]}',
+            "field cluster_policies['cp'].spec.migManager, value 'on': Input should be",
+        ),
+        (
+            '{"cluster_policies": [{"kind": "ClusterPolicy", "name": "cp", "spec": '
+            '{"mig": {"strategy": 5}}}]}',
+            "field cluster_policies['cp'].spec.mig.strategy, value 5",
+        ),
+        (
+            '{"gpu_clusters": [{"kind": "GPUCluster", "name": "g", "spec": "x"}]}',
+            "field gpu_clusters['g'].spec, value 'x': Input should be a valid dictionary",
+        ),
+        (
+            '{"cluster_policies": [{"kind": "GPUCluster", "name": "cp"}]}',
+            "field cluster_policies['cp'].kind, value 'GPUCluster': expected 'ClusterPolicy'",
         ),
     ],
 )

@@ -97,6 +97,32 @@ def test_time_slicing_and_mps_configs_parse() -> None:
             },
             "field sharing.timeSlicingConfig: Extra inputs are not permitted",
         ),
+        # issue 29: no coercion, as the driver's Go decoder (true was 1%, "5_0" was 50%)
+        (
+            gpu_config(strategy="MPS", mpsConfig={"defaultActiveThreadPercentage": True}),
+            "field sharing.mpsConfig.defaultActiveThreadPercentage, value True: "
+            "Input should be a valid integer",
+        ),
+        (
+            gpu_config(strategy="MPS", mpsConfig={"defaultActiveThreadPercentage": "5_0"}),
+            "field sharing.mpsConfig.defaultActiveThreadPercentage, value '5_0': "
+            "Input should be a valid integer",
+        ),
+        (
+            gpu_config(strategy="MPS", mpsConfig={"defaultActiveThreadPercentage": 50.0}),
+            "value 50.0: Input should be a valid integer",
+        ),
+        (
+            gpu_config(strategy="MPS", mpsConfig={"defaultPinnedDeviceMemoryLimit": 1024}),
+            "field sharing.mpsConfig.defaultPinnedDeviceMemoryLimit, value 1024: "
+            "Input should be a valid string",
+        ),
+        (
+            gpu_config(strategy="MPS", mpsConfig={"defaultPerDevicePinnedMemoryLimit": ["1Gi"]}),
+            "field sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit: Input should be a valid dictionary",
+        ),
+        (gpu_config(strategy=["MPS"]), "field sharing.strategy: Input should be"),
+        ({**gpu_config(), "sharing": "MPS"}, "field sharing, value 'MPS': Input should be"),
         ({"apiVersion": "v1", "kind": "GpuConfig"}, "c: field apiVersion, value 'v1': expected"),
         ({"apiVersion": API, "kind": "VfioDeviceConfig"}, "field kind, value 'VfioDeviceConfig'"),
         ("GpuConfig", "c: parameters must be an object"),

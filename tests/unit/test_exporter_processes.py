@@ -18,7 +18,7 @@ from kubegpu.exporter.processes import (
 )
 from kubegpu.nvml.types import ProcessInfo, ProcessUtilization
 from kubegpu.sharing.isolation import Isolation, Method
-from kubegpu.sim.gpuload import ContainerLoad, cgroup_path
+from kubegpu.sim.kubelet.gpuload import ContainerLoad, cgroup_path
 
 UID = "0f3c1d2e-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
 

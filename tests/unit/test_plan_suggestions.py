@@ -43,3 +43,28 @@ def test_the_search_stops_at_its_budget(monkeypatch: pytest.MonkeyPatch) -> None
     assert plan.workload("train").left == 2
     assert plan.workload("train").suggestions == []
     assert any("stopped after" in r.text for r in plan.reporter.reasons)
+
+
+OLD_DRIVER: dict[str, Any] = {
+    "fleet": [{"name": "old", "gpus": "a100-40gb:1", "driver": "470.82.01"}],
+    "workloads": [
+        {"name": "big", "memory": "18GiB", "compute": 0.5},
+        {"name": "mid", "memory": "18GiB", "compute": 0.35},
+    ],
+}
+
+
+def test_a_driver_gate_suggests_the_driver_not_another_node() -> None:
+    """4g.20gb + 3g.20gb on one A100 needs R510 (issue 30): the smallest change is the
+    driver, named first, and the suggestion is checked by planning with it."""
+    plan = make_plan(parse_data(OLD_DRIVER))
+    (left,) = [w for w in ("big", "mid") if plan.workload(w).left]
+    suggestions = plan.workload(left).suggestions
+    assert suggestions[0].startswith("driver R510+ on old (470.82.01)")
+    upgraded = {**OLD_DRIVER, "fleet": [{**OLD_DRIVER["fleet"][0], "driver": "510"}]}
+    assert all(make_plan(parse_data(upgraded)).workload(w).left == 0 for w in ("big", "mid"))
+
+
+def test_no_driver_is_suggested_where_the_driver_is_not_the_gate() -> None:
+    plan = make_plan(parse_data(TOO_MUCH))
+    assert not any(s.startswith("driver") for s in plan.workload("train").suggestions)

@@ -13,7 +13,7 @@ from kubegpu.kube.policy import parse_policy_spec
 from kubegpu.operator import labels
 from kubegpu.sim import inprocess
 from kubegpu.sim.cluster import ClusterFileError, SimCluster, load_cluster
-from kubegpu.sim.controlplane import SIZE_PROFILES, ControlPlaneSize
+from kubegpu.sim.controlplane.plane import SIZE_PROFILES, ControlPlaneSize
 from kubegpu.sim.inprocess import PathMap, in_process_command, listen_address, translate
 
 

@@ -403,6 +403,95 @@ def test_sharing_entries_must_name_a_resource_the_config_advertises(
     assert "this config never advertises that resource" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "field", "name"),
+    [
+        # issue 29: whole H100s renamed to a MIG name would be handed out as 1g slices
+        (
+            "resources: {gpus: [{pattern: '*H100*', name: mig-1g.10gb}]}",
+            "resources.gpus.0.name",
+            "nvidia.com/mig-1g.10gb",
+        ),
+        (
+            "flags: {migStrategy: mixed}\n"
+            "resources: {gpus: [{pattern: '*', name: big}], mig: [{pattern: '1g.10gb', name: big}]}",
+            "resources.mig.0.name",
+            "nvidia.com/big",
+        ),
+        # without resources.gpus whole GPUs are nvidia.com/gpu; under mixed that clashes
+        (
+            "flags: {migStrategy: mixed}\nresources: {mig: [{pattern: '1g.10gb', name: gpu}]}",
+            "resources.mig.0.name",
+            "nvidia.com/gpu",
+        ),
+        # the 1g.10gb slices would join the 2g.20gb ones the mixed strategy advertises
+        (
+            "flags: {migStrategy: mixed}\nresources: {mig: [{pattern: '1g.10gb', name: mig-2g.20gb}]}",
+            "resources.mig.0.name",
+            "nvidia.com/mig-2g.20gb",
+        ),
+        (
+            "flags: {migStrategy: mixed}\n"
+            + TS
+            + "    - {name: gpu, rename: mig-1g.18gb, replicas: 2}",
+            "sharing.timeSlicing.resources.0.rename",
+            "nvidia.com/mig-1g.18gb",
+        ),
+        # under none a MIG name is still one another strategy advertises
+        (
+            TS + "    - {name: gpu, rename: mig-1g.18gb, replicas: 2}",
+            "sharing.timeSlicing.resources.0.rename",
+            "nvidia.com/mig-1g.18gb",
+        ),
+        (
+            "resources: {gpus: [{pattern: '*L4*', name: l4}, {pattern: '*', name: gpu}]}\n"
+            + TS
+            + "    - {name: l4, rename: gpu, replicas: 2}",
+            "sharing.timeSlicing.resources.0.rename",
+            "nvidia.com/gpu",
+        ),
+        (
+            "flags: {migStrategy: mixed}\n"
+            + TS
+            + "    - {name: mig-1g.18gb, rename: shared, replicas: 2}\n"
+            + "    - {name: mig-3g.71gb, rename: shared, replicas: 2}",
+            "sharing.timeSlicing.resources.1.rename",
+            "nvidia.com/shared",
+        ),
+        # renameByDefault's gpu.shared is a name of its own only if nothing else has it
+        (
+            "resources: {gpus: [{pattern: '*L4*', name: gpu.shared}, {pattern: '*', name: gpu}]}\n"
+            "sharing: {timeSlicing: {renameByDefault: true, resources: [{name: gpu, replicas: 2}]}}",
+            "sharing.timeSlicing.resources.0.name",
+            "nvidia.com/gpu.shared",
+        ),
+    ],
+)
+def test_renames_that_make_names_collide_are_refused_at_load(
+    text: str, field: str, name: str
+) -> None:
+    with pytest.raises(SharingConfigError) as err:
+        parse_config(text, "dp.yaml")
+    assert str(err.value).startswith(f"dp.yaml: field {field}, value '{name}': "), str(err.value)
+    assert "cannot share a resource name" in str(err.value) or "of your own" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # single: MIG devices are nvidia.com/gpu, as upstream; a node has one kind only
+        "flags: {migStrategy: single}\nresources: {mig: [{pattern: '1g.10gb', name: gpu}]}",
+        "flags: {migStrategy: mixed}\nresources: {mig: [{pattern: '1g.10gb', name: mig-1g.10gb}]}",
+        "flags: {migStrategy: mixed}\nresources: {mig: [{pattern: '1g.10gb', name: small}]}\n"
+        + TS
+        + "    - {name: small, rename: small-shared, replicas: 2}\n"
+        + "    - {name: gpu, rename: gpu-shared, replicas: 2}",
+    ],
+)
+def test_names_of_one_kind_each_load(text: str) -> None:
+    assert parse_config(text, "dp.yaml").name_clash() is None
+
+
 def test_renamed_resources_are_the_ones_that_can_be_shared() -> None:
     renamed = "resources: {gpus: [{pattern: '*', name: big-gpu}], mig: [{pattern: '1g.10gb', name: small}]}\n"
     ok = (
@@ -446,3 +535,11 @@ def test_types_are_strict_and_keys_unique(text: str, message: str) -> None:
     with pytest.raises(SharingConfigError) as err:
         parse_config(text, "dp.yaml")
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("value", ['"0"', "false", "0.0"])
+def test_imex_channel_ids_are_integers_not_coerced(value: str) -> None:
+    # "0", false and 0.0 were read as channel 0, as were counts before they were strict
+    with pytest.raises(SharingConfigError, match=r"^dp.yaml: field imex.channelIDs.0, value "):
+        parse_config(f"imex: {{channelIDs: [{value}]}}", "dp.yaml")
+    assert parse_config("imex: {channelIDs: [0]}", "dp.yaml").imex.channel_ids == (0,)

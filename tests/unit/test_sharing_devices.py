@@ -173,6 +173,34 @@ def test_resource_patterns_name_gpus_and_refuse_unmatched_ones() -> None:
     assert counts([h200(0, SEVEN)], mig, "mixed") == {"nvidia.com/small": 7}
 
 
+@pytest.mark.parametrize(
+    ("gpus", "resources", "error"),
+    [
+        # a wildcard the loader cannot judge: on this node it gathers two MIG profiles
+        (
+            [h200(0, ("1g.18gb", "1g.18gb+me"))],
+            "mig: [{pattern: '1g.*', name: small}]",
+            "nvidia.com/small would advertise MIG 1g.18gb and MIG 1g.18gb[+]me devices",
+        ),
+        # whole GPUs and MIG devices through a wildcard GPU name match
+        (
+            [h200(0, ("1g.18gb",)), gpu(1)],
+            "mig: [{pattern: '*', name: any}]\n  gpus: [{pattern: '*', name: any-gpu}]",
+            None,
+        ),
+    ],
+)
+def test_one_resource_name_carries_one_kind_of_device(
+    gpus: list[GpuFacts], resources: str, error: str | None
+) -> None:
+    text = f"resources:\n  {resources}"
+    if error is None:
+        assert counts(gpus, text, "mixed") == {"nvidia.com/any": 1, "nvidia.com/any-gpu": 1}
+        return
+    with pytest.raises(StrategyError, match=error):
+        counts(gpus, text, "mixed")
+
+
 # -- time-slicing ------------------------------------------------------------------------
 
 
@@ -273,21 +301,8 @@ def test_a_subset_keeps_the_others_whole_under_the_same_name() -> None:
             ts("{name: gpu, replicas: 2, devices: [MIG-0-0]}"),
             "device 'MIG-0-0' is not one of",
         ),
-        (
-            [h200(0, ("1g.18gb",)), h200(1)],
-            "mixed",
-            ts("{name: gpu, rename: mig-1g.18gb, replicas: 2}"),
-            "rename nvidia.com/mig-1g.18gb is already a resource",
-        ),
-        (
-            [h200(0, ("1g.18gb", "3g.71gb"))],
-            "mixed",
-            ts(
-                "{name: mig-1g.18gb, rename: shared, replicas: 2}",
-                "{name: mig-3g.71gb, rename: shared, replicas: 2}",
-            ),
-            "more than one sharing entry advertises nvidia.com/shared",
-        ),
+        # renames onto an advertised name, or two entries onto one name, are refused
+        # when the config is read: test_sharing_config.test_renames_that_make_names_collide
     ],
 )
 def test_time_slicing_refusals(

@@ -300,7 +300,7 @@ def test_pod_processes_naming_a_daemon_are_its_clients_and_share_its_faults(
     a, b = [m for m in node.mig_devices(0) if m.profile == "1g.18gb"]
     lab = SimMps.of(node)
     pipe_a, pipe_b = f"/run/mps/r/{a.uuid}/pipe", f"/run/mps/r/{b.uuid}/pipe"
-    # what the simulated kubelet records for the pods' containers (kubegpu.sim.gpuload)
+    # what the simulated kubelet records for the pods' containers (kubegpu.sim.kubelet.gpuload)
     lab.set_workloads(
         {
             a.uuid: [SimWorkload(11, 100, mps=pipe_a), SimWorkload(12, 100, mps=pipe_a)],

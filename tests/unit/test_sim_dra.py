@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kubegpu.kube.kubelet import pluginregistration_v1_pb2 as reg
-from kubegpu.sim.dra import (
+from kubegpu.sim.kubelet.dramanager import (
     PreparedDevice,
     cdi_env,
     choose_version,

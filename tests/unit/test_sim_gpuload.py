@@ -11,15 +11,15 @@ from kubegpu.exporter.processes import ProcCgroups
 from kubegpu.nvml.sim import SimControls, SimNvml
 from kubegpu.nvml.sim.controls import SimWorkload
 from kubegpu.nvml.sim.mps import SimMps
-from kubegpu.sim.devices import ContainerAllocation
-from kubegpu.sim.gpuload import (
+from kubegpu.sim.kubelet.devicemanager import ContainerAllocation
+from kubegpu.sim.kubelet.gpuload import (
     ENV_MEMORY,
     ENV_SM,
     PID_BASE,
     assign_pids,
+    cgroup_qos,
     container_loads,
     mps_daemon,
-    qos_class,
     workloads,
     write_proc,
 )
@@ -117,11 +117,11 @@ def test_the_mps_pipe_resolves_through_the_deepest_mount_else_as_named() -> None
 
 
 def test_qos_classes_name_the_cgroup_as_the_kubelet_does() -> None:
-    assert qos_class(pod("u")) == "besteffort"
-    assert qos_class(pod("u", requests={"cpu": "1"})) == "burstable"
+    assert cgroup_qos(pod("u")) == "besteffort"
+    assert cgroup_qos(pod("u", requests={"cpu": "1"})) == "burstable"
     both = {"cpu": "1", "memory": "1Gi"}
-    assert qos_class(pod("u", limits=both)) == "guaranteed"
-    assert qos_class(pod("u", limits=both, requests={"cpu": "500m"})) == "burstable"
+    assert cgroup_qos(pod("u", limits=both)) == "guaranteed"
+    assert cgroup_qos(pod("u", limits=both, requests={"cpu": "500m"})) == "burstable"
 
 
 def test_proc_files_follow_the_processes(tmp_path: Path) -> None:

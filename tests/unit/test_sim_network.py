@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.sim import netaddr
-from kubegpu.sim.netaddr import NodeAddress, candidates, loopback_ip, routed_ip
+from kubegpu.sim.controlplane import addr as netaddr
+from kubegpu.sim.controlplane.addr import NodeAddress, candidates, loopback_ip, routed_ip
 
 
 def test_addresses_are_spread_by_node_and_never_the_hosts_own() -> None:
@@ -56,7 +56,7 @@ asyncio.run(main())
 def test_wildcard_binds_of_a_python_pod_land_on_the_node_address(tmp_path: Path) -> None:
     """podexec runs `python -m MODULE` in-process with binds moved (no mount here)."""
     (tmp_path / "probe_mod.py").write_text(PROBE)
-    podexec = [sys.executable, "-m", "kubegpu.sim.podexec", "--bind-ip", "127.9.8.7", "--"]
+    podexec = [sys.executable, "-m", "kubegpu.sim.kubelet.podexec", "--bind-ip", "127.9.8.7", "--"]
     result = subprocess.run(
         [*podexec, sys.executable, "-m", "probe_mod"],
         capture_output=True,

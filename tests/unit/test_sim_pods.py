@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubegpu.sim.pods import newer_version, qos_class, status_view
+from kubegpu.sim.kubelet.qos import qos_class
+from kubegpu.sim.kubelet.status import newer_version, status_view
 
 
 @pytest.mark.parametrize(

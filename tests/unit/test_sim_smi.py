@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kubegpu.nvml.sim import SimNvml
-from kubegpu.sim.kubeletserver import BadRequest, LogRequest, parse_log_request, tail
+from kubegpu.sim.kubelet.server import BadRequest, LogRequest, parse_log_request, tail
 from kubegpu.sim.smi import run, visible, workload_program
 
 CUDA = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"

@@ -13,6 +13,7 @@ from kubegpu.plan.emit import render
 from kubegpu.whatif.change import (
     Change,
     ChangeError,
+    ConfigMapChange,
     check_namespaces,
     check_nodes,
     label_change,
@@ -22,6 +23,7 @@ from kubegpu.whatif.change import (
     merge_patch,
     plan_policy_patch,
 )
+from kubegpu.whatif.checks import check_change
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -140,6 +142,7 @@ def test_a_planner_output_directory_is_its_configmaps_values_and_labels(tmp_path
     labels = change.labels["gpu-h100"]
     assert labels[nvidia.MIG_CONFIG] == plan.nodes[0].mig_config
     assert labels[nvidia.DEVICE_PLUGIN_CONFIG] == plan.nodes[0].device_plugin_config
+    check_change(change, None, {})  # what the planner writes, the cluster would take
 
 
 def test_a_directory_without_the_planner_files_is_refused_naming_them(tmp_path: Path) -> None:
@@ -186,3 +189,122 @@ def test_a_configmap_for_another_namespace_is_refused_not_moved(tmp_path: Path) 
     check_namespaces(change, "kube-system")
     path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\n")
     check_namespaces(Change(config_maps=(load_configmap(path),)), "gpu-operator")
+
+
+# -- a change checked in full before a twin is built (issue 29) --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # this patch used to build a twin and end minutes later in a traceback
+        ("spec: {mig: {strategy: 5}}", "field spec.mig.strategy, value 5: Input should be"),
+        ("spec: {devicePlugin: {enabled: 'false'}}", "field spec.devicePlugin.enabled, value"),
+        ("spec: {migManager: on}", "field spec.migManager, value True"),
+        (
+            "spec: {devicePlugin: {config: {default: [a]}}}",
+            "field spec.devicePlugin.config.default",
+        ),
+    ],
+)
+def test_a_policy_patch_of_the_wrong_type_is_refused_when_read(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = write(tmp_path, "patch.yaml", text + "\n")
+    with pytest.raises(ChangeError) as err:
+        load_policy_patch(path)
+    assert str(err.value).startswith(f"{path}: {message}"), str(err.value)
+
+
+def test_a_policy_patch_may_still_delete_with_null(tmp_path: Path) -> None:
+    path = write(tmp_path, "patch.yaml", "spec: {mig: {strategy: null}, migManager: null}\n")
+    assert load_policy_patch(path) == {"mig": {"strategy": None}, "migManager": None}
+
+
+POLICY = {
+    "devicePlugin": {"config": {"name": "dp-configs"}},
+    "migManager": {"config": {"name": "mig-layouts"}},
+}
+LAYOUTS = (
+    "version: v1\nmig-configs:\n  all-disabled:\n    - devices: all\n      mig-enabled: false\n"
+)
+SNAPSHOT_MAPS = {"dp-configs": {"ts": "version: v1\n"}, "mig-layouts": {"config.yaml": LAYOUTS}}
+
+
+def cm(name: str, **data: str) -> ConfigMapChange:
+    return ConfigMapChange(name, dict(data), f"{name}.yaml")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            Change(config_maps=(cm("dp-configs", bad="flags: {migStrategy: 5}\n"),)),
+            "dp-configs.yaml: data.bad: field flags.migStrategy, value 5",
+        ),
+        (
+            Change(config_maps=(cm("mig-layouts", **{"config.yaml": "version: v2\n"}),)),
+            "mig-layouts.yaml: data.config.yaml",
+        ),
+        (
+            Change(config_maps=(cm("mig-layouts", layouts=LAYOUTS),)),
+            "mig-layouts.yaml: field data: the MIG manager reads its layouts from key 'config.yaml'",
+        ),
+        (
+            Change(labels={"n1": {nvidia.DEVICE_PLUGIN_CONFIG: "mps"}}),
+            "node n1: label nvidia.com/device-plugin.config, value 'mps': ConfigMap dp-configs "
+            "has no such config (it has ts)",
+        ),
+        (
+            Change(labels={"n1": {nvidia.MIG_CONFIG: "all-1g.10gb"}}),
+            "node n1: label nvidia.com/mig.config, value 'all-1g.10gb': ConfigMap mig-layouts "
+            "has no such config (it has all-disabled)",
+        ),
+        # a planner directory's labels are read from its plan.json, not the command line
+        (
+            Change(labels={"n1": {"bad key!": "x"}}),
+            "node n1: label key 'bad key!': ",
+        ),
+        (
+            Change(labels={"n1": {"team": "not a value"}}),
+            "node n1: label team, value 'not a value': ",
+        ),
+        # the patched policy names another ConfigMap: its keys are what the label must name
+        (
+            Change(
+                policy_patch={"devicePlugin": {"config": {"name": "other"}}},
+                config_maps=(cm("other", mps="version: v1\n"),),
+                labels={"n1": {nvidia.DEVICE_PLUGIN_CONFIG: "ts"}},
+            ),
+            "node n1: label nvidia.com/device-plugin.config, value 'ts': ConfigMap other has no "
+            "such config (it has mps)",
+        ),
+    ],
+)
+def test_a_change_is_checked_in_full_against_the_snapshot(change: Change, message: str) -> None:
+    with pytest.raises(ChangeError) as err:
+        check_change(change, POLICY, SNAPSHOT_MAPS)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_a_change_that_the_cluster_would_take_passes_the_checks() -> None:
+    check_change(
+        Change(
+            config_maps=(cm("dp-configs", ts="version: v1\n", mps="version: v1\n"),),
+            labels={"n1": {nvidia.DEVICE_PLUGIN_CONFIG: "mps", nvidia.MIG_CONFIG: "all-disabled"}},
+        ),
+        POLICY,
+        SNAPSHOT_MAPS,
+    )
+    # a ConfigMap the snapshot does not hold is not guessed at; a removed label is fine
+    check_change(Change(labels={"n1": {nvidia.MIG_CONFIG: None}}), None, {})
+    check_change(Change(labels={"n1": {nvidia.DEVICE_PLUGIN_CONFIG: "x"}}), None, {})
+
+
+def test_a_label_naming_no_config_lists_a_dozen_configs_at_most() -> None:
+    maps = {"dp-configs": {f"c{i:02d}": "version: v1\n" for i in range(40)}}
+    with pytest.raises(ChangeError) as err:
+        check_change(Change(labels={"n1": {nvidia.DEVICE_PLUGIN_CONFIG: "x"}}), POLICY, maps)
+    assert str(err.value).endswith(
+        "(it has c00, c01, c02, c03, c04, c05, c06, c07, c08, c09, c10, c11 and 28 more)"
+    )

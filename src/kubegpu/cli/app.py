@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validator": ("kubegpu.cli.validator", "app"),
     "operator": ("kubegpu.cli.operator", "app"),
     "what-if": ("kubegpu.cli.whatif", "app"),
+    "why": ("kubegpu.cli.why", "why"),
 }
 
 # A module that only an optional extra installs -> that extra. The image carries no planner:

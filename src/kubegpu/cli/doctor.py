@@ -40,6 +40,11 @@ def doctor(
         "-n",
         help="The operator's namespace (default gpu-operator; a snapshot names its own).",
     ),
+    pod: str | None = typer.Option(
+        None,
+        "--pod",
+        help="NS/NAME: say why this GPU pod is Pending instead (as `kubegpu why`).",
+    ),
 ) -> None:
     """Check a cluster (or a snapshot of one) for the pitfalls of NVIDIA's GPU stack: each
     problem with its evidence and the fix. Exit code 0 clean, 1 warnings, 2 errors."""
@@ -92,6 +97,17 @@ def doctor(
                 soft_wrap=True,
             )
             raise typer.Exit(UNREAD) from None
+    if pod is not None:
+        from kubegpu.doctor.report import print_verdict
+        from kubegpu.doctor.why import WhyError, why
+
+        try:
+            verdict = why(snap, pod)
+        except WhyError as exc:
+            err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+            raise typer.Exit(UNREAD) from None
+        print_verdict(verdict, json_out=json_out)
+        raise typer.Exit(0)
     findings = run_checks(snap)
     if json_out:
         sys.stdout.write(report_json(findings, snap))
@@ -104,16 +120,6 @@ def doctor(
 
 
 async def _capture(kubeconfig: Path | None, namespace: str | None) -> Snapshot:
-    from lightkube import AsyncClient
+    from kubegpu.doctor.capture import capture_config
 
-    from kubegpu.doctor.capture import DEFAULT_NAMESPACE, capture
-
-    config = read_kubeconfig(kubeconfig)
-    client = AsyncClient(config)
-    try:
-        context = config.current_context or ""
-        return await capture(
-            client, namespace=namespace or DEFAULT_NAMESPACE, source=f"kubeconfig {context}".strip()
-        )
-    finally:
-        await client.close()
+    return await capture_config(read_kubeconfig(kubeconfig), namespace)

@@ -149,6 +149,12 @@ def plan(
         "--api",
         help="device-plugin (counted resources, ClusterPolicy) or dra (ResourceClaims, GPUCluster).",
     ),
+    mig_fallback: bool = typer.Option(
+        False,
+        "--mig-fallback",
+        help="--api dra: MIG claims prefer the planned profile and fall back to the next "
+        "larger one the layouts have (firstAvailable, Kubernetes 1.36+).",
+    ),
 ) -> None:
     """Plan which cards, sharing methods and MIG layouts serve a workload mix.
 
@@ -161,6 +167,8 @@ def plan(
         fail(f"--mig-strategy {mig_strategy!r}: use auto or mixed", code=2)
     if api not in ("device-plugin", "dra"):
         fail(f"--api {api!r}: use device-plugin or dra", code=2)
+    if mig_fallback and api != "dra":
+        fail("--mig-fallback: only with --api dra (a prioritized list is a DRA request)", code=2)
     try:
         inp = load_input([str(f) for f in files])
     except PlanInputError as exc:
@@ -183,8 +191,8 @@ def plan(
     if api == "dra":
         try:
             workloads = {w.name: w for w in inp.workloads}
-            dra = dra_plan(result, workloads)
-            written = render_dra(result, workloads)
+            dra = dra_plan(result, workloads, mig_fallback)
+            written = render_dra(result, workloads, mig_fallback)
         except DraPlanError as exc:
             fail(f"--api dra: the plan cannot be expressed through DRA: {exc}")
     else:

@@ -139,7 +139,8 @@ def up(
         stop_running,
         write_pid,
     )
-    from kubegpu.sim.controlplane import ControlPlaneError, find_bin_dir
+    from kubegpu.sim.controlplane.binaries import find_bin_dir
+    from kubegpu.sim.controlplane.process import ControlPlaneError
 
     try:
         spec = load_cluster(file)
@@ -227,7 +228,7 @@ def node(
     from kubegpu.kube.label_syntax import key_problem, value_problem
     from kubegpu.nvml import SpecError, parse_spec
     from kubegpu.sim.cluster import NODE_NAME
-    from kubegpu.sim.node import SimNode, SimNodeConfig
+    from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
     # every option checked before the node writes anything under --root
     if not re.fullmatch(NODE_NAME, name):

@@ -14,15 +14,17 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from lightkube import AsyncClient
+import httpx2
+from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
-from lightkube.resources.resource_v1 import ResourceSlice
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubegpu.catalog import nvidia
 from kubegpu.doctor.snapshot import (
+    ClaimRequestInfo,
     Condition,
     ConfigMapInfo,
     ContainerInfo,
@@ -33,9 +35,11 @@ from kubegpu.doctor.snapshot import (
     EventInfo,
     NodeInfo,
     PodInfo,
+    ResourceClaimInfo,
     ResourceSliceInfo,
     Snapshot,
     Taint,
+    Toleration,
     sorted_by_name,
 )
 from kubegpu.kube.nodes import EVENT_NAMESPACE
@@ -71,6 +75,7 @@ async def capture(
         if info.namespace == namespace:
             pods[key] = await _with_last_logs(client, info)
     slices = await _slices(client)
+    claims = await _claims(client)
     events = [_event(e) async for e in client.list(Event, namespace=namespace)]
     if namespace != EVENT_NAMESPACE:
         events += [
@@ -90,15 +95,34 @@ async def capture(
         daemon_sets=sorted_by_name(daemon_sets),
         pods=sorted_by_name(pods.values()),
         resource_slices=sorted_by_name(slices),
+        resource_claims=sorted_by_name(claims),
         events=tuple(events),
     )
+
+
+async def capture_config(config: KubeConfig, namespace: str | None = None) -> Snapshot:
+    """The cluster of a kubeconfig (its current context) as a Snapshot: what `kubegpu
+    doctor`, `why` and `plan --kubeconfig` read."""
+    client = AsyncClient(config)
+    try:
+        context = config.current_context or ""
+        return await capture(
+            client, namespace=namespace or DEFAULT_NAMESPACE, source=f"kubeconfig {context}".strip()
+        )
+    finally:
+        await client.close()
 
 
 # --- optional APIs ----------------------------------------------------------------------------
 
 
-def _absent(exc: ApiError) -> bool:
-    return exc.status.code in (404, 405)
+def _absent(exc: ApiError | httpx2.HTTPStatusError) -> bool:
+    """The API (a CRD, resource.k8s.io) is not served. lightkube raises ApiError for a
+    404 with a Status body, and httpx's own error when the answer has none (an API group
+    the server does not know at all)."""
+    if isinstance(exc, ApiError):
+        return exc.status.code in (404, 405)
+    return exc.response.status_code in (404, 405)
 
 
 async def _optional(client: AsyncClient, resource: Any, kind: str) -> list[CustomObject]:
@@ -113,7 +137,7 @@ async def _optional(client: AsyncClient, resource: Any, kind: str) -> list[Custo
             )
             async for obj in client.list(resource)
         ]
-    except ApiError as exc:
+    except (ApiError, httpx2.HTTPStatusError) as exc:
         if _absent(exc):
             return []
         raise
@@ -122,10 +146,43 @@ async def _optional(client: AsyncClient, resource: Any, kind: str) -> list[Custo
 async def _slices(client: AsyncClient) -> list[ResourceSliceInfo]:
     try:
         return [_slice(s) async for s in client.list(ResourceSlice)]
-    except ApiError as exc:
+    except (ApiError, httpx2.HTTPStatusError) as exc:
         if _absent(exc):
             return []
         raise
+
+
+async def _claims(client: AsyncClient) -> list[ResourceClaimInfo]:
+    try:
+        return [_claim(c) async for c in client.list(ResourceClaim, namespace="*")]
+    except (ApiError, httpx2.HTTPStatusError) as exc:
+        if _absent(exc):
+            return []
+        raise
+
+
+def _claim(c: ResourceClaim) -> ResourceClaimInfo:
+    requests = []
+    for r in (c.spec.devices.requests or []) if c.spec and c.spec.devices else []:
+        # firstAvailable: the first alternative speaks for the request
+        subs = r.firstAvailable or []
+        exact: Any = r.exactly if r.exactly is not None else (subs[0] if subs else None)
+        requests.append(
+            ClaimRequestInfo(
+                name=r.name,
+                device_class=(exact.deviceClassName or "") if exact else "",
+                selectors=tuple(s.cel.expression for s in (exact.selectors or []) if s.cel)
+                if exact
+                else (),
+                count=(exact.count or 1) if exact else 1,
+            )
+        )
+    return ResourceClaimInfo(
+        namespace=_meta(c).namespace or "",
+        name=_meta(c).name or "",
+        requests=tuple(requests),
+        allocated=bool(c.status and c.status.allocation),
+    )
 
 
 async def _with_last_logs(client: AsyncClient, pod: PodInfo) -> PodInfo:
@@ -215,6 +272,7 @@ def _daemon_set(ds: DaemonSet) -> DaemonSetInfo:
         node_selector=_str_map(template.nodeSelector if template else None),
         image=(first.image or "") if first else "",
         args=tuple((first.command or []) + (first.args or [])) if first else (),
+        env={e.name: e.value for e in (first.env or []) if e.value is not None} if first else {},
         desired=status.desiredNumberScheduled if status else 0,
         ready=status.numberReady if status else 0,
         available=(status.numberAvailable or 0) if status else 0,
@@ -240,11 +298,43 @@ def _pod(pod: Pod) -> PodInfo:
     meta, spec, status = _meta(pod), pod.spec, pod.status
     containers = spec.containers if spec else []
     owner = next(iter(meta.ownerReferences or []), None)
+    unscheduled = next(
+        (
+            c
+            for c in ((status.conditions or []) if status else [])
+            if c.type == "PodScheduled" and c.status == "False"
+        ),
+        None,
+    )
+    claim_names = {
+        s.name: s.resourceClaimName
+        for s in ((status.resourceClaimStatuses or []) if status else [])
+        if s.resourceClaimName
+    }
+    claim_objects = [
+        c.resourceClaimName or claim_names.get(c.name, "")
+        for c in ((spec.resourceClaims or []) if spec else [])
+    ]
     return PodInfo(
         namespace=meta.namespace or "",
         name=meta.name or "",
         node=(spec.nodeName or "") if spec else "",
         phase=(status.phase or "") if status else "",
+        reason=(status.reason or "") if status else "",
+        message=((status.message or "") if status else "")[:MESSAGE_CHARS],
+        unscheduled_reason=(unscheduled.reason or "") if unscheduled else "",
+        unscheduled_message=((unscheduled.message or "") if unscheduled else "")[:MESSAGE_CHARS],
+        node_selector=_str_map(spec.nodeSelector if spec else None),
+        tolerations=tuple(
+            Toleration(
+                key=t.key or "",
+                operator=t.operator or "Equal",
+                value=t.value or "",
+                effect=t.effect or "",
+            )
+            for t in ((spec.tolerations or []) if spec else [])
+        ),
+        claim_objects=tuple(n for n in claim_objects if n),
         labels=_str_map(meta.labels),
         annotations=_str_map(meta.annotations),
         owner_kind=owner.kind if owner else "",
@@ -292,7 +382,8 @@ def _slice(s: ResourceSlice) -> ResourceSliceInfo:
         attrs: dict[str, str] = {}
         for key, attr in (d.attributes or {}).items():
             for field in ("string", "int", "bool", "version"):
-                value = getattr(attr, field, None)
+                # lightkube leaves a map of attributes as plain dicts
+                value = attr.get(field) if isinstance(attr, dict) else getattr(attr, field, None)
                 if value is not None:
                     attrs[key] = str(value).lower() if field == "bool" else str(value)
                     break

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 from kubegpu.catalog import nvidia
 from kubegpu.catalog.models import driver_at_least
-from kubegpu.catalog.placement import mig_driver_problem
+from kubegpu.catalog.placement import PlacedInstance, mig_driver_problem
 from kubegpu.doctor.facts import (
     MIG_PARTED_KEY,
     driver,
@@ -31,6 +31,7 @@ from kubegpu.doctor.facts import (
 from kubegpu.doctor.findings import Finding, Severity
 from kubegpu.doctor.snapshot import NodeInfo, PodInfo, Snapshot
 from kubegpu.mig.config import ConfigError
+from kubegpu.mig.headroom import fits_after_repack, free_slices, more_instances
 from kubegpu.mig.targets import NodeGpu, plan_coverage, plan_node
 from kubegpu.sharing.isolation import STRENGTH, AnnotationError, Method, parse_annotation
 
@@ -167,6 +168,8 @@ def mig_layout_unplaceable(snapshot: Snapshot) -> Iterator[Finding]:
             continue
         cm_name = mig_parted_configmap(snapshot, node)
         cm = snapshot.config_map(cm_name)
+        if cm is None and cm_name == _policy_mig_configmap(snapshot):
+            continue  # one finding for the cluster: policy-configmap-missing
         parsed, parse_error = (
             mig_parted_config(cm.data[MIG_PARTED_KEY], f"configmap {cm_name}")
             if cm is not None and MIG_PARTED_KEY in cm.data
@@ -193,15 +196,22 @@ def mig_layout_unplaceable(snapshot: Snapshot) -> Iterator[Finding]:
         if model is None:
             continue
         count = _whole_gpus(node)
-        gpus = [NodeGpu(i, model.pci_device_id, model) for i in range(count or 1)]
+        entries = parsed.mig_configs[wanted]
+        # unknown count (MIG-INVALID, or single counting MIG devices): as many GPUs as the
+        # config names, so no index is "out of range" for want of a count
+        named = [i for e in entries if e.devices != "all" for i in e.devices]
+        gpus = [
+            NodeGpu(i, model.pci_device_id, model)
+            for i in range(count or (max(named) + 1 if named else 1))
+        ]
         try:
             if count is None:
-                plan = plan_coverage(wanted, parsed.mig_configs[wanted], gpus, driver(node))
+                plan = plan_coverage(wanted, entries, gpus, driver(node))
                 problems = list(plan.uncovered.values())
                 if problems:
                     raise ConfigError("\n".join(problems))
             else:
-                plan_node(wanted, parsed.mig_configs[wanted], gpus, driver(node))
+                plan_node(wanted, entries, gpus, driver(node))
         except ConfigError as exc:
             yield Finding(
                 check="mig-layout-unplaceable",
@@ -213,6 +223,88 @@ def mig_layout_unplaceable(snapshot: Snapshot) -> Iterator[Finding]:
                 f"{model.id}{f':{count}' if count else ''}` and label the node with a layout "
                 "that fits",
             )
+
+
+def _layout_of(snapshot: Snapshot, node: NodeInfo) -> list[tuple[int, list[PlacedInstance]]]:
+    """The MIG instances on each GPU of a node whose layout is applied (`mig.config` with
+    state success), as the MIG manager places them; [] when that cannot be known."""
+    wanted = wanted_mig_config(node)
+    model = gpu_model(node)
+    if wanted is None or model is None or model.mig is None:
+        return []
+    if node.labels.get(nvidia.MIG_CONFIG_STATE) != nvidia.MIG_STATE_SUCCESS:
+        return []
+    cm_name = mig_parted_configmap(snapshot, node)
+    cm = snapshot.config_map(cm_name)
+    if cm is None or MIG_PARTED_KEY not in cm.data:
+        return []
+    parsed, _ = mig_parted_config(cm.data[MIG_PARTED_KEY], f"configmap {cm_name}")
+    if parsed is None or wanted not in parsed.mig_configs:
+        return []
+    entries = parsed.mig_configs[wanted]
+    named = [i for e in entries if e.devices != "all" for i in e.devices]
+    count = _whole_gpus(node) or (max(named) + 1 if named else 1)
+    gpus = [NodeGpu(i, model.pci_device_id, model) for i in range(count)]
+    try:
+        plan = plan_coverage(wanted, entries, gpus, driver(node))
+    except ConfigError:
+        return []  # mig-layout-unplaceable says why
+    return [
+        (t.index, [PlacedInstance(d.start, d.gi_profile) for d in t.devices])
+        for t in plan.targets
+        if t.mig_enabled
+    ]
+
+
+def mig_fragmented(snapshot: Snapshot) -> Iterator[Finding]:
+    """Pending pods ask for a MIG profile no GPU has room for where its instances are, while
+    some GPU would hold it after a repacking (its instances destroyed and recreated
+    elsewhere, which needs the GPU drained): the fix is a new layout, not more GPUs."""
+    asked: dict[str, list[str]] = {}
+    for pod in snapshot.workload_pods:
+        if pod.phase != "Pending" or pod.node:
+            continue
+        for resource in pod.gpu_resources:
+            if resource.startswith(nvidia.MIG_RESOURCE_PREFIX):
+                asked.setdefault(resource.removeprefix(nvidia.MIG_RESOURCE_PREFIX), []).append(
+                    pod.key
+                )
+    if not asked:
+        return
+    layouts = [(node, _layout_of(snapshot, node)) for node in _gpu_nodes(snapshot)]
+    for profile, pods in sorted(asked.items()):
+        room, repack = [], []
+        for node, gpus in layouts:
+            model = gpu_model(node)
+            if (
+                model is None
+                or model.mig is None
+                or profile not in {p.name for p in model.mig.gpu_instance_profiles}
+            ):
+                continue
+            for index, placed in gpus:
+                if more_instances(model, placed, driver(node)).get(profile, 0) > 0:
+                    room.append(f"{node.name} GPU {index}")
+                elif fits_after_repack(model, placed, profile, driver(node)):
+                    free = free_slices(model, placed)
+                    shown = ", ".join(str(pi) for pi in placed) or "none"
+                    repack.append(
+                        f"{node.name} GPU {index} ({free} slices free; instances {shown})"
+                    )
+        if room or not repack:
+            continue
+        yield Finding(
+            check="mig-fragmented",
+            severity=WARNING,
+            object="cluster",
+            summary=f"{len(pods)} Pending pod(s) ask for {profile}, which no GPU has room for "
+            "where its instances are; a repacking would make room",
+            evidence=f"pods {', '.join(sorted(pods)[:5])}; room after a repacking on: "
+            + "; ".join(repack[:5]),
+            fix=f"label one of those nodes {nvidia.MIG_CONFIG} with a layout that includes "
+            f"{profile} (the MIG manager recreates the GPU's instances: drain it first); "
+            "`kubegpu mig layouts` lists the layouts",
+        )
 
 
 def _whole_gpus(node: NodeInfo) -> int | None:
@@ -234,10 +326,45 @@ def _config_names(snapshot: Snapshot, cm_name: str | None) -> str:
     return ", ".join(sorted(cm.data)) or "no configs"
 
 
+def _policy_mig_configmap(snapshot: Snapshot) -> str | None:
+    name = spec_at(snapshot.cluster_policy, "migManager", "config", "name")
+    return name if isinstance(name, str) and name else None
+
+
+def policy_configmap_missing(snapshot: Snapshot) -> Iterator[Finding]:
+    """A ConfigMap the ClusterPolicy names (device-plugin configs, MIG layouts) that does not
+    exist: one finding for the policy field, not one per node that would read it."""
+    policy = snapshot.cluster_policy
+    if policy is None:
+        return
+    plugin_cm, _ = plugin_configmap(snapshot)
+    named = (
+        ("spec.devicePlugin.config.name", plugin_cm, "the device plugin and GFD keep the "
+         "built-in defaults (kubegpu) or fail to start (upstream)"),
+        ("spec.migManager.config.name", _policy_mig_configmap(snapshot),
+         "the MIG manager has no layouts to apply"),
+    )  # fmt: skip
+    for field, name, effect in named:
+        if name is None or snapshot.config_map(name) is not None:
+            continue
+        readers = [n.name for n in _gpu_nodes(snapshot)]
+        yield Finding(
+            check="policy-configmap-missing",
+            severity=ERROR,
+            object=f"clusterpolicy/{policy.name}",
+            summary=f"ConfigMap {name!r} named by {field} does not exist",
+            evidence=f"{field}={name}; no ConfigMap {snapshot.operator_namespace}/{name}; "
+            f"{effect}; GPU nodes affected: {', '.join(readers) or 'none'}",
+            fix=f"create ConfigMap {name} in {snapshot.operator_namespace} or correct {field}",
+        )
+
+
 def plugin_config_missing(snapshot: Snapshot) -> Iterator[Finding]:
     """A node's `nvidia.com/device-plugin.config` (or the policy's default) names a config the
     ConfigMap does not have, or one that does not load."""
     cm_name, _ = plugin_configmap(snapshot)
+    if cm_name is not None and snapshot.config_map(cm_name) is None:
+        return  # policy-configmap-missing says it once
     for node in _gpu_nodes(snapshot):
         choice = plugin_config_of(snapshot, node)
         if choice.error is None:
@@ -482,6 +609,50 @@ def operand_crash_loop(snapshot: Snapshot) -> Iterator[Finding]:
             )
 
 
+# container states in which an operand never starts: the kubelet cannot build its config
+# (a ConfigMap, Secret or key it names is missing) or its image
+NOT_STARTING = ("CreateContainerConfigError", "CreateContainerError", "ErrImagePull",
+                "ImagePullBackOff", "InvalidImageName")  # fmt: skip
+
+
+def operand_not_starting(snapshot: Snapshot) -> Iterator[Finding]:
+    """Operand containers stuck before they start: no restart count ever grows, so the
+    crash-loop check does not see them."""
+    for pod in snapshot.operand_pods:
+        for c in pod.containers:
+            if c.state != "waiting" or c.reason not in NOT_STARTING:
+                continue
+            yield Finding(
+                check="operand-not-starting",
+                severity=ERROR,
+                object=f"pod/{pod.namespace}/{pod.name}",
+                summary=f"{pod.owner_name} container {c.name} cannot start on "
+                f"{pod.node or '?'}: {c.reason}",
+                evidence=f"state waiting {c.reason}: {c.message or 'no message'}",
+                fix="create what the message names (a ConfigMap, Secret or key the ClusterPolicy "
+                "points the operand at), or correct the image in the ClusterPolicy",
+            )
+
+
+def pod_admission_failed(snapshot: Snapshot) -> Iterator[Finding]:
+    """GPU pods the kubelet refused after the scheduler placed them: the device plugin (or
+    its resource) failed the allocation, and the pod stays Failed, never retried."""
+    for pod in snapshot.workload_pods:
+        if pod.phase != "Failed" or not pod.reason.endswith("AdmissionError"):
+            continue
+        yield Finding(
+            check="pod-admission-failed",
+            severity=ERROR,
+            object=f"pod/{pod.namespace}/{pod.name}",
+            summary=f"the kubelet on {pod.node or '?'} refused the pod: {pod.reason}",
+            evidence=f"phase Failed, reason {pod.reason}: {pod.message or 'no message'}; asks "
+            + (", ".join(f"{k}={v}" for k, v in sorted(pod.gpu_resources.items())) or "claims"),
+            fix="read the device plugin's log on the node (an Allocate that failed, e.g. "
+            "failRequestsGreaterThanOne or an unhealthy device), fix it, and recreate the pod: "
+            "a Failed pod is not retried",
+        )
+
+
 def _seconds(start: str, end: str) -> float:
     """Seconds from one RFC 3339 time to another (0 when either is unknown)."""
     try:
@@ -536,14 +707,48 @@ def _isolation_received(pod: PodInfo) -> tuple[Method, str] | None:
     )
 
 
+def isolation_unreadable(snapshot: Snapshot) -> Iterator[Finding]:
+    """An isolation label or annotation the doctor cannot read: never silently unchecked."""
+    words = ", ".join(m.value for m in STRENGTH)
+    for pod in snapshot.workload_pods:
+        value = pod.labels.get(ISOLATION_LABEL)
+        if value is not None and value not in {m.value for m in Method}:
+            yield Finding(
+                check="isolation-label-invalid",
+                severity=WARNING,
+                object=f"pod/{pod.namespace}/{pod.name}",
+                summary=f"label {ISOLATION_LABEL}={value!r} is not an isolation: the pod's "
+                "isolation is not checked",
+                evidence=f"label {ISOLATION_LABEL}, value {value!r}; the values are {words}",
+                fix=f"set {ISOLATION_LABEL} to one of {words}",
+            )
+        text = pod.annotations.get(nvidia.ISOLATION_ANNOTATION)
+        if text:
+            try:
+                parse_annotation(text)
+            except AnnotationError as exc:
+                yield Finding(
+                    check="isolation-label-invalid",
+                    severity=WARNING,
+                    object=f"pod/{pod.namespace}/{pod.name}",
+                    summary=f"annotation {nvidia.ISOLATION_ANNOTATION} does not parse: what "
+                    "the pod got is judged by the node's config instead",
+                    evidence=f"annotation {nvidia.ISOLATION_ANNOTATION}: {exc}",
+                    fix="check the device plugin's version on the node (it writes the "
+                    "annotation); do not edit it by hand",
+                )
+
+
 def isolation_not_met(snapshot: Snapshot) -> Iterator[Finding]:
     """Time-slicing (or MPS) where the workload's isolation label asks for more: judged by what
     the device plugin recorded on the pod, else by the node's device-plugin config."""
     for pod in snapshot.workload_pods:
-        try:
-            wanted = Method(pod.labels.get(ISOLATION_LABEL, ""))
-        except ValueError:
+        if ISOLATION_LABEL not in pod.labels:
             continue
+        try:
+            wanted = Method(pod.labels[ISOLATION_LABEL])
+        except ValueError:
+            continue  # isolation-label-invalid says so
         if not pod.node:
             continue
         received = _isolation_received(pod)
@@ -573,16 +778,21 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("no-gpu-nodes", no_gpu_nodes),
     ("mig-single-invalid", mig_single_invalid),
     ("mps-on-mig", mps_on_mig),
+    ("policy-configmap-missing", policy_configmap_missing),
     ("plugin-config-missing", plugin_config_missing),
     ("plugin-config-no-default", plugin_config_no_default),
     ("clusterpolicy-and-gpucluster", policy_and_gpucluster),
     ("dra-and-device-plugin", dra_and_device_plugin),
     ("mig-config-state", mig_config_state),
     ("mig-layout-unplaceable", mig_layout_unplaceable),
+    ("mig-fragmented", mig_fragmented),
     ("display-mode-graphics", display_mode_graphics),
     ("driver-minimum", driver_minimum),
     ("nfd-labels-missing", nfd_labels),
     ("operand-crash-loop", operand_crash_loop),
+    ("operand-not-starting", operand_not_starting),
+    ("pod-admission-failed", pod_admission_failed),
+    ("isolation-label-invalid", isolation_unreadable),
     ("isolation-not-met", isolation_not_met),
 )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubegpu.catalog import GpuModel, all_models, nvidia
@@ -18,7 +18,9 @@ from kubegpu.catalog.models import parse_driver_version
 from kubegpu.doctor.snapshot import CustomObject, NodeInfo, Snapshot
 from kubegpu.mig.config import ConfigError, MigPartedConfig
 from kubegpu.mig.config import parse_config as parse_mig_config
-from kubegpu.sharing.config import PluginConfig, SharingConfigError, parse_config
+from kubegpu.node.overrides import OverrideError, config_overrides, flag_of
+from kubegpu.sharing.config import ENV_OVERRIDES, PluginConfig, SharingConfigError, parse_config
+from kubegpu.sharing.labels import MAX_VALUE as MAX_LABEL_VALUE
 from kubegpu.sharing.labels import sanitise
 
 _MIG_COUNT = re.compile(re.escape(nvidia.MIG_RESOURCE_PREFIX) + r".+\.count$")
@@ -30,23 +32,46 @@ def node_ref(node: NodeInfo | str) -> str:
 
 
 def gpu_model(node: NodeInfo) -> GpuModel | None:
-    """The catalog model whose sanitised product name starts `nvidia.com/gpu.product`
-    (which may carry `-MIG-...` or `-SHARED`); the longest match wins."""
-    return _model_of(node.labels.get(nvidia.GPU_PRODUCT, ""))
+    """The catalog model behind the node's `nvidia.com/gpu.product` (see `model_of_product`)."""
+    return model_of_product(node.labels.get(nvidia.GPU_PRODUCT, ""))
+
+
+PRODUCT_MIG_TAG = "-MIG-"  # single strategy: `<product>-MIG-<profile>` (or `-MIG-INVALID`)
+PRODUCT_SHARED_TAG = "-SHARED"  # replicated without a rename: `<product>[-MIG-...]-SHARED`
+
+
+def split_product(product: str) -> tuple[str, str]:
+    """`nvidia.com/gpu.product` as (model part, MIG profile or "")."""
+    base, _, profile = product.removesuffix(PRODUCT_SHARED_TAG).partition(PRODUCT_MIG_TAG)
+    return base, profile
 
 
 @functools.lru_cache(maxsize=256)
-def _model_of(product: str) -> GpuModel | None:
+def model_of_product(product: str) -> GpuModel | None:
+    """The catalog model GPU feature discovery named in `nvidia.com/gpu.product`.
+
+    The one reading of that label for doctor and what-if. Feature discovery writes
+    `<sanitised product name>[-MIG-<profile>][-SHARED]`, the name part shortened when the
+    whole value would pass 63 characters (`kubegpu.sharing.labels`). So: the tags are
+    taken off, the rest must be a model's sanitised product name exactly, or, only where
+    that name plus the tags is too long for a label, the start of exactly one model's name.
+    Anything else (another vendor's suffix, a name cut short for no reason, a cut that two
+    models share) names no model: a guess would judge the wrong GPU.
+    """
     if not product:
         return None
-    best: GpuModel | None = None
-    for model in all_models():
-        name = sanitise(model.product_name)
-        if (product == name or product.startswith(name + "-")) and (
-            best is None or len(name) > len(sanitise(best.product_name))
-        ):
-            best = model
-    return best
+    base, _ = split_product(product)
+    tail = len(product) - len(base)
+    names = [(m, sanitise(m.product_name)) for m in all_models()]
+    exact = [m for m, name in names if name == base]
+    if exact:
+        return exact[0]
+    cut = [
+        m
+        for m, name in names
+        if len(name) + tail > MAX_LABEL_VALUE and base and name.startswith(base)
+    ]
+    return cut[0] if len(cut) == 1 else None
 
 
 def driver(node: NodeInfo) -> str | None:
@@ -126,12 +151,35 @@ def plugin_configmap(snapshot: Snapshot) -> tuple[str | None, str | None]:
     return (name or None, default or None) if isinstance(name, str) else (None, None)
 
 
+def plugin_overrides(snapshot: Snapshot) -> tuple[dict[str, str], str | None]:
+    """The flag and environment values the device plugin's DaemonSet gives it over its config
+    file (the operator's MPS_ROOT, MIG_STRATEGY...), read by the plugin's own function
+    (`config_overrides`); ({}, why) when one of them cannot be used."""
+    ds = next((d for d in snapshot.daemon_sets if d.name == nvidia.DEVICE_PLUGIN_DAEMONSET), None)
+    if ds is None:
+        return {}, None
+    flags: dict[str, object | None] = {}
+    for key in ENV_OVERRIDES:
+        flag = flag_of(key)
+        for i, arg in enumerate(ds.args):
+            if arg.startswith(flag + "="):
+                flags[key] = arg.split("=", 1)[1]
+            elif arg == flag and i + 1 < len(ds.args):
+                flags[key] = ds.args[i + 1]
+    try:
+        return config_overrides(flags, ds.env), None
+    except OverrideError as exc:
+        return {}, f"daemonset {ds.namespace}/{ds.name}: {exc}"
+
+
 def plugin_config_of(snapshot: Snapshot, node: NodeInfo) -> PluginChoice:
-    """The device-plugin config `node` runs, chosen as the device plugin chooses it."""
+    """The device-plugin config `node` runs, chosen as the device plugin chooses it and read
+    as it reads it: the file with the DaemonSet's overrides applied."""
     cm_name, default = plugin_configmap(snapshot)
     label = node.labels.get(nvidia.DEVICE_PLUGIN_CONFIG) or None
+    overrides, bad = plugin_overrides(snapshot)
     if cm_name is None:
-        return PluginChoice(None, None, PluginConfig())
+        return _builtin(overrides, bad)
     cm = snapshot.config_map(cm_name)
     configs = dict(cm.data) if cm is not None else {}
     if label:
@@ -143,19 +191,32 @@ def plugin_config_of(snapshot: Snapshot, node: NodeInfo) -> PluginChoice:
     elif len(configs) == 1:
         name = next(iter(configs))
     else:
-        return PluginChoice(cm_name, None, PluginConfig())
+        return replace(_builtin(overrides, bad), configmap=cm_name)
     assert name is not None
     if name not in configs:
         return PluginChoice(cm_name, name, None, error="missing")
-    parsed, error = _plugin_config(configs[name], f"configmap {cm_name} key {name}")
+    if bad is not None:
+        return PluginChoice(cm_name, name, None, error=bad)
+    parsed, error = _plugin_config(
+        configs[name], f"configmap {cm_name} key {name}", tuple(sorted(overrides.items()))
+    )
     return PluginChoice(cm_name, name, parsed, error)
+
+
+def _builtin(overrides: dict[str, str], bad: str | None) -> PluginChoice:
+    if bad is not None:
+        return PluginChoice(None, None, None, error=bad)
+    parsed, error = _plugin_config("", "the built-in defaults", tuple(sorted(overrides.items())))
+    return PluginChoice(None, None, parsed, error)
 
 
 # A cluster's nodes share a handful of configs: each text is parsed once, not once per node.
 @functools.lru_cache(maxsize=64)
-def _plugin_config(text: str, source: str) -> tuple[PluginConfig | None, str | None]:
+def _plugin_config(
+    text: str, source: str, overrides: tuple[tuple[str, str], ...] = ()
+) -> tuple[PluginConfig | None, str | None]:
     try:
-        return parse_config(text, source), None
+        return parse_config(text, source, dict(overrides)), None
     except SharingConfigError as exc:
         return None, str(exc)
 
@@ -169,14 +230,17 @@ def mig_parted_config(text: str, source: str) -> tuple[MigPartedConfig | None, s
         return None, str(exc)
 
 
-def mig_parted_configmap(snapshot: Snapshot, node: NodeInfo) -> str:
+def mig_parted_configmap(snapshot: Snapshot, node: NodeInfo | str) -> str:
     """The ConfigMap the node's MIG manager takes its layouts from: the ClusterPolicy's
     `spec.migManager.config.name`; else the layouts it generated for the node's GPUs
-    (`<node>-mig-config`) once it has; else the chart's default set."""
+    (`<node>-mig-config`) once it has; else the chart's default set. The one answer for
+    doctor and what-if."""
     name = spec_at(snapshot.cluster_policy, "migManager", "config", "name")
     if isinstance(name, str) and name:
         return name
-    generated = node.name + nvidia.MIG_GENERATED_CONFIGMAP_SUFFIX
+    generated = (node if isinstance(node, str) else node.name) + (
+        nvidia.MIG_GENERATED_CONFIGMAP_SUFFIX
+    )
     if snapshot.config_map(generated) is not None:
         return generated
     return nvidia.MIG_PARTED_DEFAULT_CONFIGMAP

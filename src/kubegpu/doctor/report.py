@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 
 from rich.table import Table
@@ -11,6 +12,7 @@ from kubegpu.doctor.checks import CHECKS
 from kubegpu.doctor.facts import is_gpu_node
 from kubegpu.doctor.findings import Finding, Severity, exit_code
 from kubegpu.doctor.snapshot import Snapshot
+from kubegpu.doctor.why import Verdict
 
 _STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow"}
 
@@ -51,3 +53,18 @@ def report_json(findings: Sequence[Finding], snapshot: Snapshot) -> str:
         "findings": [f.as_json() for f in findings],
     }
     return json.dumps(doc, indent=2) + "\n"
+
+
+def verdict_text(verdict: Verdict) -> str:
+    """`kubegpu why`'s answer for people: the pod, the sentence, the evidence, the fix."""
+    lines = [f"{verdict.pod}: {verdict.reason} [{verdict.kind}]"]
+    lines += [f"  - {e}" for e in verdict.evidence]
+    if verdict.fix:
+        lines.append(f"  fix: {verdict.fix}")
+    return "\n".join(lines) + "\n"
+
+
+def print_verdict(verdict: Verdict, *, json_out: bool) -> None:
+    sys.stdout.write(
+        json.dumps(verdict.to_json(), indent=2) + "\n" if json_out else verdict_text(verdict)
+    )

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 from kubegpu.base import loader
 from kubegpu.catalog import nvidia
+from kubegpu.kube.policy import ClusterPolicySpec, GPUClusterSpec
 
 SNAPSHOT_VERSION: Literal[1] = 1
 SNAPSHOT_LIMITS = loader.Limits(
@@ -104,6 +105,9 @@ class DaemonSetInfo(_Model):
     # the first container's image and args: which component this DaemonSet runs
     image: str = ""
     args: tuple[str, ...] = ()
+    # the first container's environment (literal values only): the overrides a component
+    # applies over its config file (MPS_ROOT, MIG_STRATEGY... from the operator)
+    env: dict[str, str] = Field(default_factory=dict)
     desired: StrictInt = 0
     ready: StrictInt = 0
     available: StrictInt = 0
@@ -127,6 +131,22 @@ class ContainerInfo(_Model):
     last_message: str = ""  # the container's termination message
 
 
+class Toleration(_Model):
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""  # "": every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
 class PodInfo(_Model):
     """An operand pod or a workload pod that asks for GPUs (extended resources or claims)."""
 
@@ -134,6 +154,15 @@ class PodInfo(_Model):
     name: str
     node: str = ""
     phase: str = ""
+    reason: str = ""  # of the pod's status, e.g. UnexpectedAdmissionError
+    message: str = ""
+    # why the scheduler has not placed it: the PodScheduled=False condition's reason, message
+    unscheduled_reason: str = ""
+    unscheduled_message: str = ""
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    # the ResourceClaim objects behind `claims` (namespace-local names), where known
+    claim_objects: tuple[str, ...] = ()
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     owner_kind: str = ""
@@ -182,6 +211,22 @@ class EventInfo(_Model):
     time: str = ""  # RFC 3339, the last time it was seen
 
 
+class ClaimRequestInfo(_Model):
+    """One request of a ResourceClaim: its device class, CEL selectors and count."""
+
+    name: str
+    device_class: str = ""
+    selectors: tuple[str, ...] = ()
+    count: StrictInt = 1
+
+
+class ResourceClaimInfo(_Model):
+    namespace: str
+    name: str
+    requests: tuple[ClaimRequestInfo, ...] = ()
+    allocated: StrictBool = False
+
+
 class Snapshot(_Model):
     """A cluster as the doctor sees it. Tuples are sorted by name for stable output."""
 
@@ -196,6 +241,7 @@ class Snapshot(_Model):
     daemon_sets: tuple[DaemonSetInfo, ...] = ()
     pods: tuple[PodInfo, ...] = ()
     resource_slices: tuple[ResourceSliceInfo, ...] = ()
+    resource_claims: tuple[ResourceClaimInfo, ...] = ()
     events: tuple[EventInfo, ...] = ()
 
     @field_validator("version", mode="before")
@@ -240,6 +286,11 @@ class Snapshot(_Model):
             p for p in self.pods if p.key not in operands and (p.gpu_resources or p.claims)
         )
 
+    def claim(self, namespace: str, name: str) -> ResourceClaimInfo | None:
+        return next(
+            (c for c in self.resource_claims if c.namespace == namespace and c.name == name), None
+        )
+
     def pods_on(self, node: str) -> tuple[PodInfo, ...]:
         return tuple(p for p in self.pods if p.node == node)
 
@@ -262,7 +313,39 @@ class Snapshot(_Model):
         """The snapshot in `text`, or SnapshotError naming source, field and value."""
         data = parse_json(text, source)
         loader.require_mapping(data, source, SnapshotError, "a snapshot object")
-        return loader.validate(cls, data, source, SnapshotError, where=loader.named_items)
+        snapshot = loader.validate(cls, data, source, SnapshotError, where=loader.named_items)
+        check_specs(snapshot, data, source)
+        return snapshot
+
+
+_SPECS: Mapping[str, tuple[str, type[BaseModel]]] = {
+    "cluster_policies": ("ClusterPolicy", ClusterPolicySpec),
+    "gpu_clusters": ("GPUCluster", GPUClusterSpec),
+}
+
+
+def check_specs(snapshot: Snapshot, data: Any, source: str) -> None:
+    """Each custom resource's spec typed as its CRD types it (the API server stored it so):
+    a hand-edited `devicePlugin.config.default: [..]` or `migManager: "x"` is the file's
+    error here, not a traceback in a check that reads it. Unknown fields are kept, as a
+    newer CRD may have them."""
+    for key, (kind, model) in _SPECS.items():
+        for i, obj in enumerate(getattr(snapshot, key)):
+            if obj.kind != kind:
+                raise SnapshotError(
+                    f"{source}: {loader.named_items((key, i, 'kind'), data)}, value "
+                    f"{loader.excerpt(obj.kind)}: expected {kind!r}"
+                )
+            loader.validate(
+                model, obj.spec, source, SnapshotError, _in_spec(key, i, data), strict=True
+            )
+
+
+def _in_spec(key: str, index: int, data: Any) -> loader.Where:
+    def where(loc: tuple[int | str, ...], _: Any) -> str:
+        return loader.named_items((key, index, "spec", *loc), data)
+
+    return where
 
 
 def parse_json(text: str, source: str) -> Any:

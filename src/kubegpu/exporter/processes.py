@@ -6,7 +6,7 @@ does it on a real node: `/proc/<pid>/cgroup` names the container's cgroup, and t
 puts the pod UID in it (`kubepods-besteffort-pod<uid>.slice` under the systemd driver,
 `kubepods/besteffort/pod<uid>` under cgroupfs). The exporter reads that file under
 `--proc-root` (the host's `/proc`, mounted into its pod); a simulated node writes the same
-files under its root (`kubegpu.sim.gpuload`), so one code path serves both.
+files under its root (`kubegpu.sim.kubelet.gpuload`), so one code path serves both.
 
 `usage_by_pod` then sums, per series entity (a GPU, or a MIG GPU instance) and per pod,
 the memory its processes hold and their utilisation samples: what the exporter reports

@@ -29,6 +29,8 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from kubegpu.base.loader import excerpt
 from kubegpu.base.request_head import STREAM_LIMIT, HttpError, Request, read_request_within
+from kubegpu.catalog import get_model
+from kubegpu.catalog.placement import PlacedInstance
 from kubegpu.exporter import dra, isolation
 from kubegpu.exporter.collector import Collector, Snapshot
 from kubegpu.exporter.counters import CounterSet, load_counters
@@ -37,6 +39,7 @@ from kubegpu.exporter.pods import PodResourcesClient, PodResourcesError, attribu
 from kubegpu.exporter.processes import ProcCgroups, usage_by_pod
 from kubegpu.exporter.xid import XidTracker
 from kubegpu.kube.kubelet import POD_RESOURCES_SOCKET
+from kubegpu.mig.headroom import more_instances
 from kubegpu.nvml import Nvml
 
 log = logging.getLogger(__name__)
@@ -149,6 +152,62 @@ class _GpuUp:
         yield family
 
 
+class _MigHeadroom:
+    """`kubegpu_mig_free_instances`: per node and MIG profile, how many more instances the
+    free slices of its MIG-enabled GPUs could still hold (kubegpu.mig.headroom), summed over
+    the GPUs; one series per profile the driver offers, 0 included. A GPU whose instances
+    cannot be read is left out (said once in the log)."""
+
+    def __init__(self, exporter: Exporter) -> None:
+        self.exporter = exporter
+        self._failed: set[int] = set()
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "kubegpu_mig_free_instances",
+            "How many more MIG instances of this profile the free slices of the node's "
+            "MIG-enabled GPUs could still hold, without moving the instances there.",
+            labels=["Hostname", "modelName", "profile"],
+        )
+        snap = self.exporter.snapshot
+        host = self.exporter.collector.hostname or ""
+        totals: dict[tuple[str, str], int] = {}
+        for r in snap.gpus if snap else ():
+            counts = self._gpu(r.index, r.info.model_id if r.info else None)
+            for profile, n in counts.items():
+                key = (r.info.name if r.info else "", profile)
+                totals[key] = totals.get(key, 0) + n
+        for (model, profile), n in sorted(totals.items()):
+            family.add_metric([host, model, profile], float(n))
+        yield family
+
+    def _gpu(self, index: int, model_id: str | None) -> dict[str, int]:
+        if model_id is None:
+            return {}
+        model = get_model(model_id)
+        if model.mig is None:
+            return {}
+        nvml = self.exporter.nvml
+        try:
+            if not nvml.mig_mode(index).current:
+                return {}
+            by_id = {p.id: p for p in model.mig.gpu_instance_profiles}
+            placed = [
+                PlacedInstance(gi.placement.start, by_id[gi.profile_id])
+                for gi in nvml.gpu_instances(index)
+                if gi.profile_id in by_id
+            ]
+            system = self.exporter.snapshot.system if self.exporter.snapshot else None
+            driver = system.driver_version if system else None
+        except Exception as exc:  # one GPU must never take the endpoint down
+            if index not in self._failed:
+                log.warning("GPU %d: MIG instances not read, no headroom series: %s", index, exc)
+                self._failed.add(index)
+            return {}
+        self._failed.discard(index)
+        return more_instances(model, placed, driver)
+
+
 class Exporter:
     """The exporter, in-process: `await run()` serves until `stop()`; also `async with`."""
 
@@ -195,6 +254,7 @@ class Exporter:
             registry=self.registry,
         )
         self.registry.register(_GpuUp(self))
+        self.registry.register(_MigHeadroom(self))
         self._scrape_lock = threading.Lock()
         self._server: asyncio.Server | None = None
         self._stopped = asyncio.Event()

@@ -2,7 +2,7 @@
 
 Used by the exporter (pod labels on every scrape, from a thread: a blocking channel kept
 open between scrapes) and the MIG manager (which pods hold a GPU about to change). The
-kubelet's side, for simulated nodes, is kubegpu.sim.podresources.
+kubelet's side, for simulated nodes, is kubegpu.sim.kubelet.podresources.
 """
 
 from __future__ import annotations

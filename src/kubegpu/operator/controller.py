@@ -58,7 +58,7 @@ from kubegpu.kube.policy import (
     parse_gpu_cluster_spec,
     parse_policy_spec,
 )
-from kubegpu.operator import gpucluster
+from kubegpu.operator import gpucluster, node_facts
 from kubegpu.operator import labels as node_labels
 from kubegpu.operator import status as st
 from kubegpu.operator.ignored_fields import ignored_cluster_fields, ignored_policy_fields
@@ -439,7 +439,8 @@ class Operator:
                 f"{GROUP}/{GPU_CLUSTER_VERSION}" if kind == "GPUCluster" else f"{GROUP}/v1",
             ),
             gpu_nodes=len(gpu_nodes),
-            os_tag=node_labels.os_tag(_labels(gpu_nodes[0])) if gpu_nodes else None,
+            os_tag=node_facts.os_tag(gpu_nodes[0]) if gpu_nodes else None,
+            runtime=node_facts.cluster_runtime(gpu_nodes),
             service_monitor_crd=self.owned["ServiceMonitor"].available,
             image_env=self.config.image_env,
         )

@@ -65,6 +65,7 @@ def policy_view(gc: GPUClusterSpec) -> ClusterPolicySpec:
         gfd=GPUFeatureDiscoverySpec(enabled=False),
         migManager=MIGManagerSpec(enabled=False),
         hostPaths=HostPathsSpec(
+            rootFS=gc.hostPaths.rootFS,
             driverInstallDir=gc.hostPaths.driverInstallDir,
             kubeletRootDir=gc.hostPaths.kubeletRootDir,
         ),

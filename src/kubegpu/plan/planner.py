@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from kubegpu.catalog import all_models
+from kubegpu.catalog import GpuModel, all_models
+from kubegpu.catalog.models import driver_at_least, parse_driver_version
 from kubegpu.plan import core, rules
 from kubegpu.plan.core.heuristic import solve_heuristic
 from kubegpu.plan.emit import assign_configs
@@ -154,6 +155,9 @@ def _suggestions(
     inp: PlanInput, provider: GpuProvider, w: Workload, left: int, servable: bool, deadline: float
 ) -> list[str]:
     out: list[str] = []
+    upgrade = _driver_upgrade(inp, w, deadline)
+    if upgrade:
+        out.append(upgrade)  # no new hardware: the smallest change when it fits them
     if servable:
         grow = _grow_fleet(inp, w, left, deadline)
         if grow:
@@ -166,6 +170,56 @@ def _suggestions(
         if w.memory_mib > most and most:
             out.append(f"memory: {most // 1024}GiB or less per GPU (the largest card in the fleet)")
     return out
+
+
+def _gate_versions(w: Workload, models: list[GpuModel]) -> list[str]:
+    """The driver versions a MIG rule of these models gates on that could matter to `w`:
+    MIG itself, a profile that serves it, or a pair of profiles one of which serves it;
+    oldest first."""
+    versions: set[str] = set()
+    for m in models:
+        if m.mig is None:
+            continue
+        versions.add(m.mig.min_driver)
+        serving = {
+            p.nvml for p in m.mig.gpu_instance_profiles if rules.profile_rejection(w, m, p) is None
+        }
+        versions.update(
+            p.min_driver for p in m.mig.gpu_instance_profiles if p.min_driver and p.nvml in serving
+        )
+        versions.update(r.min_driver for r in m.mig.combination_rules if r.profiles & serving)
+    return sorted(versions, key=parse_driver_version)
+
+
+def _driver_upgrade(inp: PlanInput, w: Workload, deadline: float) -> str | None:
+    """The oldest driver, among the versions the catalog's MIG rules gate on, that places
+    every replica of `w` when the nodes whose driver is older get it: a driver gate (a
+    profile or a pair of profiles a newer driver allows) is what blocks their layout."""
+    gates = {
+        n.name: _gate_versions(w, [m for m, _ in n.models()])
+        for n in inp.fleet
+        if n.driver is not None
+    }
+    candidates = sorted({v for vs in gates.values() for v in vs}, key=parse_driver_version)
+    for version in candidates:
+        if time.monotonic() > deadline:
+            return None
+        behind = [
+            n
+            for n in inp.fleet
+            if n.driver is not None
+            and version in gates[n.name]
+            and not driver_at_least(n.driver, version)
+        ]
+        if not behind:
+            continue
+        upgraded = tuple(
+            n.model_copy(update={"driver": version}) if n in behind else n for n in inp.fleet
+        )
+        if placed_all(inp.model_copy(update={"fleet": upgraded}), {w.name}, deadline):
+            names = ", ".join(sorted({f"{n.name} ({n.driver})" for n in behind})[:5])
+            return f"driver R{version}+ on {names}: the MIG layout it needs is gated on the driver"
+    return None
 
 
 def _card_for(inp: PlanInput, w: Workload, left: int, deadline: float) -> str | None:

@@ -320,7 +320,7 @@ class Sharing(_Strict):
 
 
 class Imex(_Strict):
-    channel_ids: tuple[int, ...] = Field((), alias="channelIDs")
+    channel_ids: tuple[StrictInt, ...] = Field((), alias="channelIDs")
     required: StrictBool = False
 
     @field_validator("channel_ids")
@@ -390,6 +390,63 @@ class PluginConfig(_Strict):
         if resource in gpus or (strategy != "none" and resource in migs):
             return True
         return strategy == "mixed" and not migs and _MIXED_MIG_RESOURCE.match(resource) is not None
+
+    def name_clash(self) -> tuple[str, str, str] | None:
+        """(field, name, why) for the first rename that gives two kinds of device one
+        resource name, or a name another kind or strategy advertises; None when none does.
+        Kubelet counts a resource's devices as interchangeable, so a whole H100 renamed to
+        `nvidia.com/mig-1g.10gb` would be handed out as a seventh of itself."""
+        gpu_names = {p.name for p in self.resources.gpus} or {nvidia.GPU_RESOURCE}
+        single = self.flags.mig_strategy == "single"
+        for i, p in enumerate(self.resources.gpus):
+            if _MIXED_MIG_RESOURCE.match(p.name):
+                return (
+                    f"resources.gpus.{i}.name",
+                    p.name,
+                    f"{p.name} is the name the mixed strategy gives MIG devices; whole GPUs "
+                    "and MIG devices cannot share a resource name",
+                )
+        for i, p in enumerate(self.resources.mig):
+            if p.name in gpu_names and not (single and p.name == nvidia.GPU_RESOURCE):
+                return (
+                    f"resources.mig.{i}.name",
+                    p.name,
+                    f"{p.name} is also the name of whole GPUs (resources.gpus); whole GPUs "
+                    "and MIG devices cannot share a resource name",
+                )
+            own = f"{nvidia.MIG_RESOURCE_PREFIX}{p.pattern.replace('+', '.')}"
+            if _MIXED_MIG_RESOURCE.match(p.name) and p.name != own:
+                return (
+                    f"resources.mig.{i}.name",
+                    p.name,
+                    f"{p.name} is the name the mixed strategy gives MIG devices of another "
+                    f"profile than {p.pattern!r}; rename to a name of your own",
+                )
+        claimed = gpu_names | {p.name for p in self.resources.mig}
+        for key, block in (("timeSlicing", self.sharing.time_slicing), ("mps", self.sharing.mps)):
+            seen: dict[str, int] = {}
+            for i, entry in enumerate(block.resources if block is not None else ()):
+                target = block.shared_name(entry) if block is not None else None
+                if target is None:
+                    continue
+                field = f"sharing.{key}.resources.{i}." + ("rename" if entry.rename else "name")
+                if target in claimed or _MIXED_MIG_RESOURCE.match(target):
+                    return (
+                        field,
+                        target,
+                        f"the replicas of {entry.name} would be advertised as {target}, a name "
+                        "this config or a MIG strategy gives unshared devices; replicas and "
+                        "whole devices cannot share a resource name",
+                    )
+                if target in seen:
+                    return (
+                        field,
+                        target,
+                        f"sharing.{key}.resources.{seen[target]} already advertises its "
+                        f"replicas as {target}; two kinds of device cannot share a resource name",
+                    )
+                seen[target] = i
+        return None
 
     def advertised_words(self) -> str:
         names = sorted({p.name for p in self.resources.gpus} or {nvidia.GPU_RESOURCE})
@@ -539,6 +596,9 @@ def _validate(data: dict[str, Any], source: str) -> PluginConfig:
     if (problem := config.mps_problem()) is not None:
         field, value, why = problem
         raise SharingConfigError(f"{source}: field {field}, value {excerpt(value)}: {why}")
+    if (clash := config.name_clash()) is not None:
+        field, name, why = clash
+        raise SharingConfigError(f"{source}: field {field}, value {excerpt(name)}: {why}")
     if (bad := config.unadvertised()) is not None:
         field, name = bad
         raise SharingConfigError(

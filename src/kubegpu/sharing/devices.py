@@ -179,7 +179,21 @@ def _base(gpus: Sequence[GpuFacts], config: PluginConfig) -> dict[str, list[Devi
                     add(_mig_resource(config, m), _mig_device(g, m))
             continue
         add(_gpu_resource(config, g), _gpu_device(g))
+    _check_one_kind(out)
     return out
+
+
+def _check_one_kind(resources: dict[str, list[Device]]) -> None:
+    """Refuses a resource whose devices are of more than one kind (whole GPUs, or MIG
+    devices of one profile): kubelet treats them as interchangeable. The config loader
+    refuses the renames it can see; a wildcard pattern is only judged here, on the node."""
+    for name, devices in resources.items():
+        kinds = sorted({"whole GPU" if d.mig is None else f"MIG {d.mig.profile}" for d in devices})
+        if len(kinds) > 1:
+            raise StrategyError(
+                f"{name} would advertise {' and '.join(kinds)} devices as one resource; "
+                "give each kind of device its own name (resources.gpus, resources.mig)"
+            )
 
 
 def _select(entry: ReplicatedResource, devices: list[Device]) -> list[Device]:

@@ -177,4 +177,6 @@ def parse_parameters(parameters: Any, source: str) -> DeviceConfig:
         raise DraConfigError(
             f"{source}: field kind, value {kind!r:.60}: expected one of {', '.join(KINDS)}"
         )
-    return validate(model, parameters, source, DraConfigError)
+    # strict: lax pydantic read `true` as 1 and `"5_0"` as 50 (issue 29); the driver's Go
+    # decoder refuses both, and so does this one.
+    return validate(model, parameters, source, DraConfigError, strict=True)

@@ -39,16 +39,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from kubegpu.base import loader
 from kubegpu.base.process import pid_alive
 from kubegpu.kube.label_syntax import key_problem, value_problem
+from kubegpu.kube.quantity import quantity_problem
 from kubegpu.nvml import SpecError, parse_spec
-from kubegpu.sim.controlplane import (
-    SIZE_PROFILES,
-    ControlPlane,
-    ControlPlaneError,
-    ControlPlaneSize,
-)
+from kubegpu.sim.controlplane.plane import SIZE_PROFILES, ControlPlane, ControlPlaneSize
+from kubegpu.sim.controlplane.process import ControlPlaneError
 from kubegpu.sim.inprocess import RootCommand
-from kubegpu.sim.node import SimNode, SimNodeConfig
-from kubegpu.sim.pods import kill_pod_processes
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
+from kubegpu.sim.kubelet.processes import kill_pod_processes
 
 PID_FILE = "sim.pid"
 MAX_NODES = 5000
@@ -84,6 +81,14 @@ class NodeEntry(BaseModel):
                 parse_spec(value)
             except SpecError as exc:
                 raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _quantity(cls, value: str) -> str:
+        # the API server would refuse the Node after the control plane started
+        if (why := quantity_problem(value, positive=True)) is not None:
+            raise ValueError(why)
         return value
 
     @field_validator("labels")

@@ -13,7 +13,6 @@ shows it both ways.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 from rich.console import Console
 from rich.table import Table
 
+from kubegpu.base.tasks import cancel_all
 from kubegpu.catalog import nvidia
 from kubegpu.kube.policy import GPUClusterResource
 from kubegpu.nvml.sim import SimNvml
@@ -196,9 +196,7 @@ async def run_dra_demo(stack: Stack, chart: Path, say: Callable[[str], None]) ->
     try:
         await _wait("example pods finished", finished, logs, timeout=180)
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        await cancel_all([watcher])
     summaries = []
     dynamic = None
     for name, example in pods.items():

@@ -12,7 +12,7 @@ translation instead:
   environment, or the option's default) points at the volume's source on the node;
 - the pod's service-account volume becomes a kubeconfig with the same token and CA, passed
   as the command's `--kubeconfig` (so the component keeps the pod's RBAC, not the admin's);
-- a wildcard listen address moves to the node's own address (`sim.netaddr`).
+- a wildcard listen address moves to the node's own address (`sim.controlplane.addr`).
 
 The environment is the container's only while the command parses and the component is
 built: a component that reads `os.environ` later sees the simulator's (see

@@ -36,8 +36,9 @@ from kubegpu.kube.policy import ClusterPolicyResource
 from kubegpu.nvml import parse_spec
 from kubegpu.sharing.replicas import replica_id, split_replica
 from kubegpu.sim.cluster import ClusterSpec, NodeEntry
-from kubegpu.sim.controlplane import ControlPlane, find_bin_dir
-from kubegpu.sim.node import SimNode, SimNodeConfig
+from kubegpu.sim.controlplane.binaries import find_bin_dir
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 
 _S = TypeVar("_S")
 

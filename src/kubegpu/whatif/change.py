@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kubegpu.base import loader
 from kubegpu.catalog import nvidia
 from kubegpu.kube.label_syntax import value_problem
-from kubegpu.kube.policy import unknown_field_problem
+from kubegpu.kube.policy import PolicyFileError, policy_from_file, unknown_field_problem
 
 PLAN_FILES = (
     "plan.json",
@@ -158,7 +158,23 @@ def load_policy_patch(path: str | Path) -> dict[str, Any]:
     # the twin report that nothing changes, the worst answer for a change that does nothing
     if (problem := unknown_field_problem(spec)) is not None:
         raise ChangeError(f"{source}: {problem}")
+    check_policy_patch(spec, source)
     return spec
+
+
+def without_nulls(patch: Any) -> Any:
+    """A merge patch less its deletions (`null`): what it sets, for the schema to judge."""
+    if isinstance(patch, dict):
+        return {k: without_nulls(v) for k, v in patch.items() if v is not None}
+    return patch
+
+
+def check_policy_patch(patch: dict[str, Any], source: str) -> None:
+    """The values a patch sets, judged strictly as the API server judges them."""
+    try:
+        policy_from_file({"kind": "ClusterPolicy", "spec": without_nulls(patch)}, source)
+    except PolicyFileError as exc:
+        raise ChangeError(str(exc)) from None
 
 
 def parse_assignment(text: str, option: str) -> tuple[str, str]:

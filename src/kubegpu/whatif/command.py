@@ -29,6 +29,7 @@ from kubegpu.whatif.change import (
     load_plan_dir,
     load_policy_patch,
 )
+from kubegpu.whatif.checks import check_change
 from kubegpu.whatif.report import Report
 from kubegpu.whatif.twin import TwinError, what_if
 from kubegpu.whatif.twin_spec import TwinSpec, TwinSpecError, twin_spec
@@ -74,6 +75,11 @@ def prepare(snapshot_file: Path, change: Change) -> TwinSpec:
         raise TwinSpecError(f"{shown}: {exc}") from None
     check_nodes(change, [n.name for n in spec.nodes])
     check_namespaces(change, snapshot.operator_namespace)
+    policy = snapshot.cluster_policy
+    maps = {
+        c.name: c.data for c in snapshot.config_maps if c.namespace == snapshot.operator_namespace
+    }
+    check_change(change, policy.spec if policy is not None else None, maps)
     if change.policy_patch and not any(p.kind == "ClusterPolicy" for p in spec.policies):
         raise ChangeError(f"{snapshot_file}: the change patches a ClusterPolicy; there is none")
     return spec

@@ -9,7 +9,7 @@ are `fault_reach`; `SimMps` is the lab's hands that connect clients and inject t
 
 The clients are the processes the lab connects and the pods' processes the simulated kubelet
 records (`SimControls.set_workloads`): a pod whose environment names an MPS pipe directory
-is a client of that daemon (`kubegpu.sim.gpuload`). A fault ends a pod's process until the
+is a client of that daemon (`kubegpu.sim.kubelet.gpuload`). A fault ends a pod's process until the
 kubelet next records the pods' processes, as a container that crashed is restarted.
 """
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubegpu.base.loader import EXCERPT_CHARS, excerpt
 from kubegpu.catalog import GpuModel, UnknownModelError, get_model, parse_driver_version
 
 DEFAULT_DRIVER = "580.95.05"
@@ -49,50 +50,61 @@ class NodeSpec:
 
 
 def parse_spec(text: str) -> NodeSpec:
+    shown = excerpt(text)  # a spec quoted in an error is never a whole huge value
     parts = [p.strip() for p in text.split(";")]
     if not parts[0]:
-        raise SpecError(f"sim node spec {text!r}: no GPUs (expected e.g. h200-nvl:8)")
+        raise SpecError(f"sim node spec {shown}: no GPUs (expected e.g. h200-nvl:8)")
     gpus: list[tuple[GpuModel, int]] = []
     for item in parts[0].split(","):
         name, _, count = item.strip().partition(":")
         try:
             model = get_model(name)
         except UnknownModelError as exc:
-            raise SpecError(f"sim node spec {text!r}: {exc}") from None
-        try:
-            n = int(count) if count else 1
-        except ValueError:
+            why = str(exc) if len(name) <= EXCERPT_CHARS else f"unknown GPU model {excerpt(name)}"
+            raise SpecError(f"sim node spec {shown}: {why}") from None
+        # Digits only: int() would also take `+8`, ` 8` and `1_6`.
+        if count and not (count.isascii() and count.isdigit()):
             raise SpecError(
-                f"sim node spec {text!r}: count {count!r} for {name} is not a number"
-            ) from None
+                f"sim node spec {shown}: count {excerpt(count)} for {name} is not a number"
+            )
+        n = int(count) if count else 1
         if not 1 <= n <= 16:
-            raise SpecError(f"sim node spec {text!r}: count {n} for {name} must be 1..16")
+            raise SpecError(f"sim node spec {shown}: count {n} for {name} must be 1..16")
         gpus.append((model, n))
     if sum(n for _, n in gpus) > 16:
-        raise SpecError(f"sim node spec {text!r}: more than 16 GPUs on one node")
+        raise SpecError(f"sim node spec {shown}: more than 16 GPUs on one node")
     opts: dict[str, str] = {}
     for opt in parts[1:]:
         key, eq, value = opt.partition("=")
         if not eq or key not in {"driver", "cuda", "display", "mig", "seed"}:
             raise SpecError(
-                f"sim node spec {text!r}: unknown option {opt!r} (known: driver=, cuda=, display=, mig=, seed=)"
+                f"sim node spec {shown}: unknown option {excerpt(opt)} (known: driver=, cuda=, display=, mig=, seed=)"
             )
         if key in opts:  # the last would win unseen: `driver=575.57.08;driver=1` plans driver 1
-            raise SpecError(f"sim node spec {text!r}: option {key}= given twice")
+            raise SpecError(f"sim node spec {shown}: option {key}= given twice")
         opts[key] = value
     driver = opts.get("driver", DEFAULT_DRIVER)
     try:
         parse_driver_version(driver)
     except ValueError:
-        raise SpecError(f"sim node spec {text!r}: driver={driver!r} is not a version") from None
+        raise SpecError(
+            f"sim node spec {shown}: driver={excerpt(driver)} is not a version"
+        ) from None
     cuda = opts.get("cuda", DEFAULT_CUDA)
     major, dot, minor = cuda.partition(".")
     if not (major.isdigit() and dot and minor.isdigit()):
-        raise SpecError(f"sim node spec {text!r}: cuda={cuda!r} is not like 13.0")
+        raise SpecError(f"sim node spec {shown}: cuda={excerpt(cuda)} is not like 13.0")
     display = opts.get("display")
     if display not in {None, "graphics", "compute"}:
-        raise SpecError(f"sim node spec {text!r}: display={display!r} (use graphics or compute)")
+        raise SpecError(
+            f"sim node spec {shown}: display={excerpt(display)} (use graphics or compute)"
+        )
     mig = opts.get("mig", "off")
     if mig not in {"on", "off"}:
-        raise SpecError(f"sim node spec {text!r}: mig={mig!r} (use on or off)")
+        raise SpecError(f"sim node spec {shown}: mig={excerpt(mig)} (use on or off)")
+    if mig == "on" and not any(m.mig_capable for m, _ in gpus):
+        # It would be silently off: the node would run, just never with MIG.
+        raise SpecError(
+            f"sim node spec {shown}: mig=on, but no GPU of {excerpt(parts[0])} is MIG-capable"
+        )
     return NodeSpec(tuple(gpus), driver, cuda, display, mig == "on", opts.get("seed"))

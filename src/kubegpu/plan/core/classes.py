@@ -34,7 +34,14 @@ from dataclasses import dataclass, field, replace
 import highspy
 
 from kubegpu.plan.core.budget import Budget
-from kubegpu.plan.core.exact import Model, highs_bound, run_model, settle, spent
+from kubegpu.plan.core.exact import (
+    Model,
+    highs_bound,
+    proven_optimal,
+    run_model,
+    settle,
+    spent,
+)
 from kubegpu.plan.core.problem import Bin, Problem
 from kubegpu.plan.core.solution import BinPlan, Placement, Solution, evaluate, verify
 
@@ -273,11 +280,10 @@ def solve_classes(
         f"HiGHS on {len(cls)} node classes: {h.modelStatusToString(status)}, "
         f"{info.mip_node_count} nodes{spent(budget)}"
     )
-    if start is not None and start.objective < sol.objective - 1e-7:
-        # HiGHS's optimum is optimal within its gap tolerance, and the start is better
-        # still (by tie-breakers): the start is then as proven, and no bound exceeds it
-        return settle(start, bound, proven=proven)
-    return settle(sol, bound, proven=proven)
+    best = start if start is not None and start.objective < sol.objective - 1e-7 else sol
+    # optimal only when the first phase proved its optimum, the second ran on the true
+    # costs, and the bound reaches the plan's cost (HiGHS's status alone is not proof)
+    return settle(best, bound, proven=proven and proven_optimal(h, bound, best.objective))
 
 
 def _split(

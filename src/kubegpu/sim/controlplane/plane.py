@@ -30,64 +30,58 @@ import atexit
 import base64
 import contextlib
 import fcntl
-import json
 import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Final, Self
 
 import yaml
 
-from kubegpu.base.process import pid_alive
-from kubegpu.sim.certs import (
+from kubegpu.kube.versions import UnsupportedVersion
+from kubegpu.sim.controlplane import apiserver, controllermanager, etcd, kube, scheduler
+from kubegpu.sim.controlplane.addr import LOOPBACK, free_port
+from kubegpu.sim.controlplane.binaries import (
+    APISERVER,
+    COMPONENTS,
+    CONTROLLER_MANAGER,
+    ETCD,
+    SCHEDULER,
+    check_binaries,
+    find_bin_dir,
+)
+from kubegpu.sim.controlplane.certs import (
     CertificateAuthority,
     IssuedCert,
     generate_signing_key,
     write_private,
     write_public,
 )
+from kubegpu.sim.controlplane.k8s_version import version_gates
+from kubegpu.sim.controlplane.kube import CLUSTER_NAME, SERVICE_IP
+from kubegpu.sim.controlplane.pids import (
+    PidRecord,
+    read_pid_file,
+    terminate_in_reverse,
+    write_pid_file,
+)
+from kubegpu.sim.controlplane.process import ControlPlaneError, Proc, Stage, probe_get
 
 __all__ = [
-    "BUILD_HINT",
-    "COMPONENTS",
     "DEFAULT_FEATURE_GATES",
     "SIZE_PROFILES",
     "ControlPlane",
-    "ControlPlaneError",
     "ControlPlaneSize",
-    "PidRecord",
-    "find_bin_dir",
-    "read_pid_file",
-    "write_pid_file",
 ]
 
-ETCD: Final = "etcd"
-APISERVER: Final = "kube-apiserver"
-CONTROLLER_MANAGER: Final = "kube-controller-manager"
-SCHEDULER: Final = "kube-scheduler"
-#: The processes of a control plane, in start order (they stop in reverse).
-COMPONENTS: Final = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER)
-
-#: What to tell a user whose binaries are missing.
-BUILD_HINT: Final = "build them with scripts/build-kubernetes (or `make kubernetes`)"
-BIN_DIR_ENV: Final = "KUBEGPU_K8S_BIN"
-
-SERVICE_CIDR: Final = "10.96.0.0/12"
-SERVICE_IP: Final = "10.96.0.1"  # the `kubernetes` Service: first address of SERVICE_CIDR
-CLUSTER_NAME: Final = "kubegpu"
-LOOPBACK: Final = "127.0.0.1"
 
 #: Feature gates every control plane runs with (``feature_gates`` adds to or overrides them).
 #: Dynamic Resource Allocation itself is GA and on in 1.35 (the ``resource.k8s.io/v1`` API,
@@ -98,277 +92,13 @@ DEFAULT_FEATURE_GATES: Final[Mapping[str, bool]] = {"DRAPartitionableDevices": T
 _ETCD_QUOTA_BYTES: Final = 512 * 1024 * 1024
 _PORT_ATTEMPTS: Final = 5  # launches of one component when its port was taken meanwhile
 _POLL_S: Final = 0.1
-_PROBE_TIMEOUT_S: Final = 2.0
-_LOG_TAIL_LINES: Final = 25
 _BIND_RACE = re.compile(r"address already in use", re.IGNORECASE)
-
-
-# --- errors ------------------------------------------------------------------------------
-
-
-def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> list[str]:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            data = f.read()
-    except OSError:
-        return []
-    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
-
-
-class ControlPlaneError(RuntimeError):
-    """A control plane component could not be found, started or made ready.
-
-    The message names the component, says why, and for a process that ran gives its log
-    file and the last lines of that log.
-    """
-
-    def __init__(self, component: str, reason: str, log_path: Path | None = None) -> None:
-        self.component = component
-        self.reason = reason
-        self.log_path = log_path
-        message = f"{component}: {reason}"
-        if log_path is not None:
-            message += f"\n  log: {log_path}"
-            tail = _tail(log_path)
-            if tail:
-                message += f"\n  last {len(tail)} lines of the log:\n" + "\n".join(
-                    f"    {line}" for line in tail
-                )
-        super().__init__(message)
-
-
-# --- binaries ----------------------------------------------------------------------------
-
-
-def _repo_root() -> Path | None:
-    """The source checkout this package runs from (editable install), if any."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "scripts" / "build-kubernetes").is_file():
-            return parent
-    return None
-
-
-def find_bin_dir(bin_dir: Path | None = None) -> Path:
-    """Find the directory holding the control plane binaries.
-
-    In order: ``bin_dir``; ``$KUBEGPU_K8S_BIN``; what ``scripts/build-kubernetes
-    --print-bin-dir`` prints in the checkout this package runs from; the directory of
-    ``kube-apiserver`` on ``PATH``. It does not check that the binaries are there: see
-    :func:`check_binaries`.
-    """
-    if bin_dir is not None:
-        return Path(bin_dir)
-    env = os.environ.get(BIN_DIR_ENV)
-    if env:
-        return Path(env)
-    root = _repo_root()
-    if root is not None:
-        script = root / "scripts" / "build-kubernetes"
-        try:
-            out = subprocess.run(
-                [str(script), "--print-bin-dir"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=True,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise ControlPlaneError(
-                "control plane", f"`{script} --print-bin-dir` failed: {exc}"
-            ) from exc
-        printed = out.stdout.strip()
-        if printed:
-            return Path(printed)
-    found = shutil.which(APISERVER)
-    if found:
-        return Path(found).resolve().parent
-    raise ControlPlaneError(
-        APISERVER,
-        f"cannot find the Kubernetes binaries (no ${BIN_DIR_ENV}, no source checkout with "
-        f"scripts/build-kubernetes, nothing on PATH); {BUILD_HINT}",
-    )
-
-
-def check_binaries(bin_dir: Path) -> dict[str, Path]:
-    """Return each component's binary in ``bin_dir``; raise naming the first one missing."""
-    binaries: dict[str, Path] = {}
-    for name in COMPONENTS:
-        path = bin_dir / name
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise ControlPlaneError(
-                name, f"binary not found or not executable: {path}; {BUILD_HINT}"
-            )
-        binaries[name] = path
-    return binaries
-
-
-# --- pid records -------------------------------------------------------------------------
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time in clock ticks since boot) of a process, None if it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # "pid (comm) state ppid ... starttime(22nd field)"; comm may hold spaces and parens.
-    fields = raw[raw.rfind(")") + 2 :].split()
-    return fields[0], int(fields[19])
-
-
-def _have_proc() -> bool:
-    return Path("/proc/self/stat").exists()
-
-
-@dataclass(frozen=True)
-class PidRecord:
-    """One process recorded in a work directory's ``pids`` file.
-
-    ``start_ticks`` (the process's start time from ``/proc``) tells the recorded process from
-    an unrelated one that got the same pid later; without it the pid alone is trusted.
-    """
-
-    name: str
-    pid: int
-    start_ticks: int | None
-
-    @classmethod
-    def of(cls, name: str, pid: int) -> PidRecord:
-        """Record a running process, with its start time."""
-        stat = _proc_stat(pid)
-        return cls(name, pid, stat[1] if stat else None)
-
-    def line(self) -> str:
-        """The record as a line of the pids file."""
-        ticks = "-" if self.start_ticks is None else str(self.start_ticks)
-        return f"{self.name} {self.pid} {ticks}"
-
-    @classmethod
-    def parse(cls, line: str) -> PidRecord | None:
-        """Read a line of the pids file; None for a blank or malformed line."""
-        parts = line.split()
-        if len(parts) != 3 or not parts[1].isdigit():
-            return None
-        ticks = None if parts[2] == "-" else int(parts[2]) if parts[2].isdigit() else None
-        return cls(parts[0], int(parts[1]), ticks)
-
-    def alive(self) -> bool:
-        """Whether the recorded process still runs (a zombie counts as gone)."""
-        if self.pid <= 1:
-            return False
-        if not _have_proc():
-            return pid_alive(self.pid)
-        stat = _proc_stat(self.pid)
-        if stat is None or stat[0] in ("Z", "X"):
-            return False
-        return self.start_ticks is None or stat[1] == self.start_ticks
-
-
-def read_pid_file(path: Path) -> list[PidRecord]:
-    """The records of a pids file (empty if there is none)."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    return [r for r in map(PidRecord.parse, text.splitlines()) if r is not None]
-
-
-def write_pid_file(path: Path, records: Iterable[PidRecord]) -> None:
-    """Replace a pids file atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(r.line() + "\n" for r in records))
-    tmp.replace(path)
-
-
-def _signal(record: PidRecord, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(record.pid, sig)
-
-
-def _terminate_records(records: Sequence[PidRecord], timeout: float) -> None:
-    """SIGTERM the live ones, wait up to ``timeout``, SIGKILL what is left, wait again."""
-    live = [r for r in records if r.alive()]
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        for r in live:
-            _signal(r, sig)
-        deadline = time.monotonic() + wait
-        while live and time.monotonic() < deadline:
-            time.sleep(0.05)
-            live = [r for r in live if r.alive()]
-        if not live:
-            return
-
-
-def _terminate_in_reverse(records: Sequence[PidRecord], timeout: float) -> None:
-    """Terminate recorded processes last-started first (the API server before etcd)."""
-    for record in reversed(records):
-        _terminate_records([record], timeout)
-
-
-# --- HTTP probes -------------------------------------------------------------------------
-
-
-def _get(
-    url: str, context: ssl.SSLContext | None, timeout_s: float = _PROBE_TIMEOUT_S
-) -> tuple[int, bytes] | str:
-    """GET a URL: (status, body), or the reason it could not be fetched."""
-    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
-    if context is not None:
-        handlers.append(urllib.request.HTTPSHandler(context=context))
-    opener = urllib.request.build_opener(*handlers)
-    try:
-        with opener.open(url, timeout=timeout_s) as resp:
-            return int(resp.status), resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return f"{url}: {reason}"
-
 
 _REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
 _METRIC_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-def _json(body: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 # --- the control plane -------------------------------------------------------------------
-
-
-@dataclass
-class _Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-    log_offset: int  # where this launch's output starts in the log
-
-    def record(self) -> PidRecord:
-        return PidRecord.of(self.name, self.popen.pid)
-
-
-@dataclass
-class _Stage:
-    """A component to launch: its port names, its command line, its readiness probe."""
-
-    name: str
-    ports: tuple[str, ...]
-    args: Callable[[], list[str]]
-    probe: Callable[[], str | None]  # None when ready, else what it still waits for
-    attempts: int = 0
-    waiting_for: str = "starting"
-
-
-LEADER_LEASE_S = 120
-LEADER_RENEW_DEADLINE_S = 100
 
 
 @dataclass(frozen=True)
@@ -456,17 +186,18 @@ class ControlPlane:
         self._bin_dir_arg = bin_dir
         self._fsync = fsync
         self._keep_data = keep_data
-        self._feature_gates = {**DEFAULT_FEATURE_GATES, **(feature_gates or {})}
+        self._gate_overrides = dict(feature_gates or {})
+        self._feature_gates = {**DEFAULT_FEATURE_GATES, **self._gate_overrides}
         self._verbosity = verbosity
         self.size = size or ControlPlaneSize()
         self._binaries: dict[str, Path] = {}
-        self._procs: dict[str, _Proc] = {}
+        self._procs: dict[str, Proc] = {}
         self._ports: dict[str, int] = {}
         self._used_ports: set[int] = set()
         self._lock_fd: int | None = None
         self._ca: CertificateAuthority | None = None
         self._admin_ctx: ssl.SSLContext | None = None
-        self._stages: dict[str, _Stage] = {}
+        self._stages: dict[str, Stage] = {}
         self._started = False
 
     # -- paths and facts ---------------------------------------------------------------
@@ -548,7 +279,7 @@ class ControlPlane:
     def request_counts(self) -> Counter[tuple[str, str, str]]:
         """The API server's own count of the requests it served (`apiserver_request_total`),
         by verb, resource and subresource, over every client: what a scale test counts."""
-        got = _get(f"{self.server}/metrics", self._admin_ctx, timeout_s=60.0)
+        got = probe_get(f"{self.server}/metrics", self._admin_ctx, timeout_s=60.0)
         if isinstance(got, str) or got[0] != 200:
             raise ControlPlaneError("kube-apiserver", f"cannot read /metrics: {got}")
         counts: Counter[tuple[str, str, str]] = Counter()
@@ -589,11 +320,16 @@ class ControlPlane:
             raise ControlPlaneError("control plane", f"already started in {self.workdir}")
         deadline = time.monotonic() + timeout
         self._binaries = check_binaries(find_bin_dir(self._bin_dir_arg))
+        try:  # per version (kubegpu.kube.versions): a gate unknown to a version stops it
+            gates = version_gates(self._binaries[APISERVER])
+        except UnsupportedVersion as exc:
+            raise ControlPlaneError(APISERVER, str(exc)) from None
+        self._feature_gates = {**gates, **self._gate_overrides}
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(exist_ok=True)
         self._acquire_lock()
         try:
-            _terminate_in_reverse(read_pid_file(self.pid_file), timeout=10.0)
+            terminate_in_reverse(read_pid_file(self.pid_file), timeout=10.0)
             self.pid_file.unlink(missing_ok=True)
             for name in COMPONENTS:
                 self.log_path(name).write_bytes(b"")
@@ -634,7 +370,7 @@ class ControlPlane:
         try:
             pid_file = workdir / "pids"
             live = [r for r in read_pid_file(pid_file) if r.alive()]
-            _terminate_in_reverse(live, timeout)
+            terminate_in_reverse(live, timeout)
             pid_file.unlink(missing_ok=True)
             return live
         finally:
@@ -751,16 +487,12 @@ class ControlPlane:
             self._ports[name] = self._free_port()
 
     def _free_port(self) -> int:
-        for _ in range(100):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind((LOOPBACK, 0))
-                port = int(s.getsockname()[1])
-            if port not in self._used_ports:
-                self._used_ports.add(port)
-                return port
-        raise ControlPlaneError("control plane", "no free loopback port")
+        port = free_port(self._used_ports)
+        if port is None:
+            raise ControlPlaneError("control plane", "no free loopback port")
+        return port
 
-    def _spawn(self, stage: _Stage) -> None:
+    def _spawn(self, stage: Stage) -> None:
         self._stages[stage.name] = stage
         if stage.name == ETCD and stage.attempts and not self._keep_data:
             # a relaunch on other ports: drop anything the failed launch wrote
@@ -782,10 +514,10 @@ class ControlPlane:
                 start_new_session=True,  # a Ctrl-C in the terminal reaches us, not them
             )
         stage.attempts += 1
-        self._procs[stage.name] = _Proc(stage.name, popen, log_path, offset)
+        self._procs[stage.name] = Proc(stage.name, popen, log_path, offset)
         write_pid_file(self.pid_file, (p.record() for p in self._procs.values()))
 
-    def _bind_race(self, proc: _Proc) -> bool:
+    def _bind_race(self, proc: Proc) -> bool:
         try:
             with proc.log_path.open("rb") as f:
                 f.seek(proc.log_offset)
@@ -794,7 +526,7 @@ class ControlPlane:
             return False
         return bool(_BIND_RACE.search(text))
 
-    def _run_stages(self, stages: list[_Stage], deadline: float, timeout: float) -> None:
+    def _run_stages(self, stages: list[Stage], deadline: float, timeout: float) -> None:
         """Launch the stages' processes together and wait until every one is ready."""
         for stage in stages:
             self._spawn(stage)
@@ -854,171 +586,62 @@ class ControlPlane:
     # -- internals: components ---------------------------------------------------------
 
     def _common_k8s_args(self) -> list[str]:
-        args = [f"--v={self._verbosity}"]
-        if self._feature_gates:
-            gates = ",".join(
-                f"{k}={str(v).lower()}" for k, v in sorted(self._feature_gates.items())
-            )
-            args.append(f"--feature-gates={gates}")
-        return args
+        return kube.common_args(self._verbosity, self._feature_gates)
 
-    def _etcd_stage(self) -> _Stage:
+    def _etcd_stage(self) -> Stage:
         def args() -> list[str]:
-            client = f"http://{LOOPBACK}:{self._ports[ETCD]}"
-            peer = f"http://{LOOPBACK}:{self._ports['etcd-peer']}"
-            out = [
-                f"--name={CLUSTER_NAME}",
-                f"--data-dir={self.workdir / 'etcd'}",
-                f"--listen-client-urls={client}",
-                f"--advertise-client-urls={client}",
-                f"--listen-peer-urls={peer}",
-                f"--initial-advertise-peer-urls={peer}",
-                f"--initial-cluster={CLUSTER_NAME}={peer}",
-                f"--quota-backend-bytes={self.size.etcd_quota_bytes}",
-                "--log-level=warn",
-            ]
-            if not self._fsync:
-                out.append("--unsafe-no-fsync")
-            return out
+            return etcd.args(
+                self.workdir / "etcd",
+                self._ports[ETCD],
+                self._ports["etcd-peer"],
+                self.size.etcd_quota_bytes,
+                self._fsync,
+            )
 
-        def probe() -> str | None:
-            got = _get(f"{self.etcd_url}/health", None)
-            if isinstance(got, str):
-                return got
-            status, body = got
-            if status == 200 and _json(body).get("health") == "true":
-                return None
-            return f"/health answered {status}: {body[:200]!r}"
+        return Stage(ETCD, (ETCD, "etcd-peer"), args, lambda: etcd.probe(self.etcd_url))
 
-        return _Stage(ETCD, (ETCD, "etcd-peer"), args, probe)
-
-    def _apiserver_stage(self) -> _Stage:
+    def _apiserver_stage(self) -> Stage:
         def args() -> list[str]:
             return [
-                f"--etcd-servers={self.etcd_url}",
-                f"--bind-address={LOOPBACK}",
-                f"--advertise-address={LOOPBACK}",
-                f"--secure-port={self._ports[APISERVER]}",
-                f"--tls-cert-file={self._pki('apiserver.crt')}",
-                f"--tls-private-key-file={self._pki('apiserver.key')}",
-                f"--client-ca-file={self._pki('ca.crt')}",
-                f"--kubelet-client-certificate={self._pki('apiserver-kubelet-client.crt')}",
-                f"--kubelet-client-key={self._pki('apiserver-kubelet-client.key')}",
-                # as kubeadm sets it: a simulated node's name resolves nowhere, its
-                # InternalIP is where its kubelet (logs) and host-network pods listen
-                "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
-                "--authorization-mode=Node,RBAC",
-                "--enable-admission-plugins=NodeRestriction",
-                "--allow-privileged=true",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={self._pki('sa.pub')}",
-                f"--service-account-signing-key-file={self._pki('sa.key')}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                # Endpoints may not hold a loopback address, so the `kubernetes` Service gets
-                # none; in-cluster clients of the simulator are given the URL directly.
-                "--endpoint-reconciler-type=none",
-                f"--requestheader-client-ca-file={self._pki('front-proxy-ca.crt')}",
-                "--requestheader-allowed-names=front-proxy-client",
-                "--requestheader-username-headers=X-Remote-User",
-                "--requestheader-group-headers=X-Remote-Group",
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-                f"--proxy-client-cert-file={self._pki('front-proxy-client.crt')}",
-                f"--proxy-client-key-file={self._pki('front-proxy-client.key')}",
-                "--enable-aggregator-routing=true",
-                "--profiling=false",
+                *apiserver.args(self.etcd_url, self._ports[APISERVER], self.pki_dir),
                 *self.size.apiserver_args(),
                 *self._common_k8s_args(),
             ]
 
         def probe() -> str | None:
-            got = _get(f"{self.server}/readyz", self._admin_ctx)
-            if isinstance(got, str):
-                return got
-            status, body = got
-            if status == 200:
-                return None
-            failing = [
-                line.strip() for line in body.decode(errors="replace").splitlines() if "[-]" in line
-            ]
-            return f"/readyz answered {status}: {'; '.join(failing) or body[:200]!r}"
+            return apiserver.probe(self.server, self._admin_ctx)
 
-        return _Stage(APISERVER, (APISERVER,), args, probe)
+        return Stage(APISERVER, (APISERVER,), args, probe)
 
     def _component_args(self, name: str) -> list[str]:
-        kubeconfig = str(self.workdir / f"{name}.kubeconfig")
+        kubeconfig = self.workdir / f"{name}.kubeconfig"
         return [
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            f"--bind-address={LOOPBACK}",
-            f"--secure-port={self._ports[name]}",
-            f"--tls-cert-file={self._pki(f'{name}-serving.crt')}",
-            f"--tls-private-key-file={self._pki(f'{name}-serving.key')}",
-            "--leader-elect=true",
-            # one instance of each, so no failover to be quick about: with the defaults
-            # (15 s lease, 10 s renew deadline) an API server slowed by load (300 nodes on
-            # 2 cores) made both lose their lease and exit, and nothing scheduled again
-            f"--leader-elect-lease-duration={LEADER_LEASE_S}s",
-            f"--leader-elect-renew-deadline={LEADER_RENEW_DEADLINE_S}s",
-            "--profiling=false",
+            *kube.secure_component_args(name, kubeconfig, self.pki_dir, self._ports[name]),
             *self.size.client_args(),
             *self._common_k8s_args(),
         ]
 
-    def _api_get(self, path: str) -> tuple[int, dict[str, Any]] | str:
-        got = _get(f"{self.server}{path}", self._admin_ctx)
-        if isinstance(got, str):
-            return got
-        return got[0], _json(got[1])
-
-    def _healthz(self, name: str) -> str | None:
-        got = _get(f"https://{LOOPBACK}:{self._ports[name]}/healthz", self._admin_ctx)
-        if isinstance(got, str):
-            return got
-        status, body = got
-        return None if status == 200 else f"/healthz answered {status}: {body[:200]!r}"
-
-    def _lease_held(self, name: str) -> str | None:
-        got = self._api_get(f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}")
-        if isinstance(got, str):
-            return got
-        status, lease = got
-        if status == 200 and lease.get("spec", {}).get("holderIdentity"):
-            return None
-        return f"its leader lease kube-system/{name} (lookup answered {status})"
-
-    def _controller_manager_stage(self) -> _Stage:
+    def _controller_manager_stage(self) -> Stage:
         def args() -> list[str]:
             return [
                 *self._component_args(CONTROLLER_MANAGER),
-                "--controllers=*",
-                f"--cluster-name={CLUSTER_NAME}",
-                f"--service-account-private-key-file={self._pki('sa.key')}",
-                f"--root-ca-file={self._pki('ca.crt')}",
-                f"--cluster-signing-cert-file={self._pki('ca.crt')}",
-                f"--cluster-signing-key-file={self._pki('ca.key')}",
-                "--use-service-account-credentials=true",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                *controllermanager.args(self.pki_dir),
             ]
 
         def probe() -> str | None:
-            waiting = self._healthz(CONTROLLER_MANAGER) or self._lease_held(CONTROLLER_MANAGER)
-            if waiting:
-                return waiting
-            got = self._api_get("/api/v1/namespaces/default/serviceaccounts/default")
-            if isinstance(got, str):
-                return got
-            if got[0] != 200:
-                return f"the default ServiceAccount (lookup answered {got[0]})"
-            return None
+            port = self._ports[CONTROLLER_MANAGER]
+            return controllermanager.probe(self.server, port, self._admin_ctx)
 
-        return _Stage(CONTROLLER_MANAGER, (CONTROLLER_MANAGER,), args, probe)
+        return Stage(CONTROLLER_MANAGER, (CONTROLLER_MANAGER,), args, probe)
 
-    def _scheduler_stage(self) -> _Stage:
+    def _scheduler_stage(self) -> Stage:
+        def args() -> list[str]:
+            return [*self._component_args(SCHEDULER), *scheduler.args()]
+
         def probe() -> str | None:
-            return self._healthz(SCHEDULER) or self._lease_held(SCHEDULER)
+            return scheduler.probe(self.server, self._ports[SCHEDULER], self._admin_ctx)
 
-        return _Stage(SCHEDULER, (SCHEDULER,), lambda: self._component_args(SCHEDULER), probe)
+        return Stage(SCHEDULER, (SCHEDULER,), args, probe)
 
 
 def _lock(workdir: Path) -> int:

@@ -1,11 +1,12 @@
-"""Running the pods bound to a simulated node, by kubelet's rules.
+"""Running the pods bound to a simulated node, by kubelet's rules: its pod workers.
 
 Pods whose image is kubegpu's own run their containers as local processes, each in a
-private mount namespace with the pod's volumes (`podvolumes`) at their mount paths and the
+private mount namespace with the pod's volumes (`volumes`) at their mount paths and the
 pod's environment (`podenv`). Workload containers whose command is `nvidia-smi` or a CUDA
 sample run its simulated equivalent (`smi`), which prints what the pod was allocated and
 exits. Other pods become Running without a process. Restart policy,
-backoff, container statuses and pod phase follow kubelet.
+backoff, container statuses and pod phase follow kubelet; what of the status the kubelet
+owns and how it is written are the status manager's rules (`status`).
 """
 
 from __future__ import annotations
@@ -29,20 +30,25 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import PodStatus
 from lightkube.types import PatchType
 
-from kubegpu.base.tasks import cancel_all, start_kept
+from kubegpu.base.tasks import cancel_all
 from kubegpu.catalog.nvidia import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_VOID
-from kubegpu.sim.devices import AdmissionError, ContainerAllocation, DeviceManager
-from kubegpu.sim.dra import DraManager
 from kubegpu.sim.inprocess import (
     ContainerSpec,
     InProcessContainer,
     RootCommand,
     in_process_command,
 )
-from kubegpu.sim.kubeletserver import LogSource
-from kubegpu.sim.mounted import MountedObjects, ObjectKey
-from kubegpu.sim.podenv import ENV_NODE_ROOT, base_env, container_env, field_value
-from kubegpu.sim.podvolumes import (
+from kubegpu.sim.kubelet.devicemanager import AdmissionError, ContainerAllocation, DeviceManager
+from kubegpu.sim.kubelet.dramanager import DraManager, dra_backed_resources
+from kubegpu.sim.kubelet.mounted import MountedObjects, ObjectKey
+from kubegpu.sim.kubelet.podchecks import container_refusal
+from kubegpu.sim.kubelet.podenv import base_env, container_env, field_value
+from kubegpu.sim.kubelet.qos import qos_class
+from kubegpu.sim.kubelet.server import LogSource
+from kubegpu.sim.kubelet.status import (
+    PodStatusManager,
+)
+from kubegpu.sim.kubelet.volumes import (
     PodObjects,
     container_mounts,
     holds_token,
@@ -58,7 +64,6 @@ log = logging.getLogger(__name__)
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
-RETRIED_CODES = frozenset({409, 429, 500, 502, 503, 504})  # worth sending a status again
 # what preparing a pod's volumes or a container's environment may raise: a bad object or
 # file, the API server's refusal, a request that timed out or lost its connection (under
 # load); each is tried again
@@ -85,8 +90,8 @@ class NodeContext:
     kubegpu_images: tuple[str, ...] = ("kubegpu",)
     python: str = sys.executable
     address: str = "127.0.0.1"  # the node's InternalIP: every pod's hostIP and podIP
-    bind_ip: str | None = None  # where pod processes' wildcard binds go (sim.netaddr)
-    dra: DraManager | None = None  # prepares the pod's resource claims (sim.dra)
+    bind_ip: str | None = None  # where pod processes' wildcard binds go (controlplane.addr)
+    dra: DraManager | None = None  # prepares the pod's resource claims (kubelet.dramanager)
     mounted: MountedObjects = field(kw_only=True)  # ConfigMaps and Secrets, watched
     # set: kubegpu's node components run in-process (sim.inprocess), parsed by this command
     root_command: RootCommand | None = None
@@ -157,10 +162,13 @@ class PodRunner:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._on_exit = on_exit
-        self._status_lock = asyncio.Lock()
-        # what the API server last took from us: (resourceVersion, the fields we own)
-        self._written: tuple[str, StatusView] | None = None
-        self._observed: tuple[str, StatusView] | None = None  # the watch's latest version
+        self._status = PodStatusManager(
+            f"status of pod {self.namespace}/{self.name}",
+            self.status,
+            self._patch_status,
+            lambda: self._stopping,
+            self._tasks,
+        )
         self._volume_sources: dict[str, Path] = {}
         self._objects = PodObjects(
             node.client,
@@ -281,6 +289,7 @@ class PodRunner:
                     ),
                 ).items()
                 if not self.node.devices.is_device_resource(k)
+                and k not in dra_backed_resources(self.pod, c.name)  # a DRA claim serves it
             }
             if unknown:
                 name = next(iter(unknown))
@@ -299,7 +308,7 @@ class PodRunner:
 
     async def _refresh_volumes(self) -> None:
         """Keep ConfigMap, Secret and token volumes current, as kubelet does: a volume is
-        rewritten when an object it shows changes (the node's watch says so, `sim.mounted`),
+        rewritten when an object it shows changes (the node's watch says so, `kubelet.mounted`),
         one with a service-account token also when the token is due for refresh. A rewrite
         that fails is tried again with backoff."""
         volumes = self.pod["spec"].get("volumes") or []
@@ -404,6 +413,9 @@ class PodRunner:
 
     async def _backoff(self, c: ContainerState) -> None:
         delay = min(BACKOFF_START_S * 2 ** min(c.restart_count, 10), BACKOFF_MAX_S)
+        if "waiting" in c.state:  # never created (CreateContainerConfigError): a kubelet
+            await asyncio.sleep(delay)  # retries, keeps the reason and counts no restart
+            return
         c.last_state = {"terminated": c.state.get("terminated", {})}
         c.state = {
             "waiting": {
@@ -434,6 +446,11 @@ class PodRunner:
         )
 
     async def _run_once(self, c: ContainerState) -> int:
+        if (refused := container_refusal(self.pod, c.spec)) is not None:  # as a kubelet would
+            c.state = {"waiting": {"reason": refused.reason, "message": refused.message}}
+            self.phase = "Pending" if not (c.init or c.last_state) else self.phase
+            await self._push_status()
+            await asyncio.Event().wait()  # it waits as long as the pod is the same
         image = c.spec.get("image", "")
         workload = self._workload(c)
         if workload is None and not self.node.runs_process(image):
@@ -491,7 +508,7 @@ class PodRunner:
             env[SMI_DEVICES] = ",".join(given)
             argv = [self.node.python, "-m", "kubegpu.sim.smi", *command]
         else:
-            argv = [self.node.python, "-m", "kubegpu.sim.podexec"]
+            argv = [self.node.python, "-m", "kubegpu.sim.kubelet.podexec"]
             if self.node.bind_ip:
                 argv += ["--bind-ip", self.node.bind_ip]
             for src, dst, ro in mounts:
@@ -594,151 +611,19 @@ class PodRunner:
         return status
 
     def observe(self, pod: Json) -> None:
-        """A newer version of the pod from the watch. As kubelet's status manager, write the
-        status again when someone else changed what this kubelet wrote: the node controller
-        marks the pods of a node whose lease lagged not Ready, and only the kubelet sets them
-        Ready again once the node is back."""
-        version = pod["metadata"].get("resourceVersion") or ""
-        self._observed = (version, status_view(pod.get("status") or {}))
-        self._resync()
-
-    def _resync(self) -> None:
-        if self._written is None or self._observed is None or self._stopping:
-            return  # nothing to compare yet
-        if self._status_lock.locked():
-            return  # a write is under way; it compares again when done
-        (written, view), (seen, seen_view) = self._written, self._observed
-        # skipped: our own write, and older versions the watch delivers late
-        if newer_version(seen, written) and seen_view != view:
-            self._observed = None
-            start_kept(self._tasks, self._push_status())
+        """A newer version of the pod from the watch (see `status.PodStatusManager`)."""
+        self._status.observe(pod)
 
     async def _push_status(self) -> None:
-        """Write the pod's status. As kubelet's status manager, keep at it until the API
-        server has it: a write lost to a timeout under load would leave the pod showing an
-        old state for good. The status is taken afresh for each try."""
-        await self._write_status()
-        self._resync()  # someone else may have written meanwhile
+        """Write the pod's status until the API server has it (`status.PodStatusManager`)."""
+        await self._status.push()
 
-    async def _write_status(self) -> None:
-        async def send() -> Json:
-            status = self.status()  # afresh for each try
-            written = await self.node.client.patch(
-                PodStatus,
-                self.name,
-                {"status": status},
-                namespace=self.namespace,
-                patch_type=PatchType.MERGE,
-            )
-            version = written.metadata.resourceVersion if written.metadata else None
-            self._written = (version or "", status_view(status))
-            return status
-
-        what = f"status of pod {self.namespace}/{self.name}"
-        async with self._status_lock:
-            try:
-                await send_until_taken(send, what, lambda: self._stopping)
-            except ApiError as exc:
-                if exc.status.code != 404:  # 404: the pod is gone
-                    log.warning("%s: %s", what, exc.status.message)
-
-
-async def send_until_taken(
-    send: Callable[[], Awaitable[object]], what: str, stopped: Callable[[], bool] = lambda: False
-) -> None:
-    """Call `send` until the API server takes it, as kubelet keeps at its writes: a write
-    lost to a timeout under load would leave the API showing an old state for good. Sent
-    again after a transport error or an answer worth another try (RETRIED_CODES), with
-    backoff, unless `stopped()`; any other refusal is raised (ApiError)."""
-    delay = BACKOFF_START_S
-    while True:
-        try:
-            await send()
-            return
-        except ApiError as exc:
-            if exc.status.code not in RETRIED_CODES:
-                raise
-            why = str(exc.status.message)
-        except httpx.HTTPError as exc:
-            why = str(exc) or type(exc).__name__
-        if stopped():
-            return
-        log.warning("%s: %s; sending again in %.0fs", what, why, delay)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, BACKOFF_MAX_S)
-
-
-StatusView = tuple[str | None, frozenset[tuple[str, str]]]
-OWN_CONDITIONS = frozenset({"PodScheduled", "Initialized", "ContainersReady", "Ready"})
-
-
-def status_view(status: Json) -> StatusView:
-    """The part of a pod status the kubelet owns and keeps true: the phase and its own
-    conditions (others, such as DisruptionTarget, belong to whoever set them)."""
-    conditions = status.get("conditions") or []
-    return status.get("phase"), frozenset(
-        (str(c.get("type")), str(c.get("status")))
-        for c in conditions
-        if c.get("type") in OWN_CONDITIONS
-    )
-
-
-def newer_version(version: str, than: str) -> bool:
-    """Whether resourceVersion `version` is later than `than`. Versions are opaque to
-    clients, but the API server's come from etcd's revision, an integer that grows; a
-    version that is not one counts as newer unless equal."""
-    if version.isdigit() and than.isdigit():
-        return int(version) > int(than)
-    return version != than
-
-
-def qos_class(spec: Json) -> str:
-    """The pod's QoS class as the API server derives it (status.qosClass may not change)."""
-    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-    requests_seen = False
-    guaranteed = True
-    for c in containers:
-        res = c.get("resources") or {}
-        limits = {k: str(v) for k, v in (res.get("limits") or {}).items() if k in ("cpu", "memory")}
-        requests = {
-            k: str(v) for k, v in (res.get("requests") or {}).items() if k in ("cpu", "memory")
-        }
-        requests = {**limits, **requests}  # a limit without a request defaults the request
-        requests_seen = requests_seen or bool(requests)
-        if set(limits) != {"cpu", "memory"} or any(requests.get(k) != limits[k] for k in limits):
-            guaranteed = False
-    if not requests_seen:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
-def pod_processes(under: Path) -> list[int]:
-    """Pids of simulated pod processes of the node rooted at `under`, or of every node below
-    it (found by the KUBEGPU_SIM_NODE_ROOT variable every simulated pod process carries)."""
-    root = str(under.resolve())
-    marker = f"{ENV_NODE_ROOT}=".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            env = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for item in env:
-            if item.startswith(marker):
-                value = item[len(marker) :].decode(errors="replace")
-                if value == root or value.startswith(root + "/"):
-                    found.append(int(proc.name))
-                break
-    return found
-
-
-def kill_pod_processes(under: Path) -> int:
-    """SIGKILL every pod process `pod_processes` finds; returns how many there were."""
-    killed = 0
-    for pid in pod_processes(under):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-            killed += 1
-    return killed
+    async def _patch_status(self, status: Json) -> str | None:
+        written = await self.node.client.patch(
+            PodStatus,
+            self.name,
+            {"status": status},
+            namespace=self.namespace,
+            patch_type=PatchType.MERGE,
+        )
+        return written.metadata.resourceVersion if written.metadata else None

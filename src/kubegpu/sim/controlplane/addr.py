@@ -1,4 +1,5 @@
-"""Each simulated node's own network address, so host-network pods on two nodes never collide.
+"""Addresses: the control plane's free loopback ports, and each simulated node's own network
+address, so host-network pods on two nodes never collide.
 
 Real nodes each have their own network; simulated nodes share the host's. A node claims an
 address of its own and every pod process on it binds its wildcard listens (`0.0.0.0`,
@@ -26,13 +27,17 @@ import hashlib
 import logging
 import os
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from kubegpu.base.process import pid_alive
 
 log = logging.getLogger(__name__)
+
+LOOPBACK: Final = "127.0.0.1"  # where the control plane listens
 
 ENV_NETWORK = "KUBEGPU_SIM_NETWORK"  # own (default) | loopback | shared
 LABEL = "lo:kgsim"
@@ -131,3 +136,17 @@ def release(address: NodeAddress, leases: Path = LEASES) -> None:
     result = _ip("addr", "del", f"{address.ip}/32", "dev", "lo")
     if result.returncode != 0:
         log.warning("cannot remove node address %s from lo: %s", address.ip, result.stderr)
+
+
+def free_port(taken: set[int], host: str = LOOPBACK) -> int | None:
+    """A port on `host` that the kernel says is free and that is not in `taken` (added to
+    it); None after 100 tries. Another process may still take it before it is bound: a
+    launch that loses the race tries another (see `plane`)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in taken:
+            taken.add(port)
+            return port
+    return None

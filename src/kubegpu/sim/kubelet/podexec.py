@@ -1,13 +1,13 @@
 """Start a simulated pod's container: a private mount namespace with the pod's volumes
 bind-mounted at their mount paths, then exec the command.
 
-Usage: python -m kubegpu.sim.podexec [--bind-ip IP] [--mount SRC:DST[:ro]]... -- COMMAND [ARGS...]
+Usage: python -m kubegpu.sim.kubelet.podexec [--bind-ip IP] [--mount SRC:DST[:ro]]... -- COMMAND [ARGS...]
 
 So components run unmodified: a device plugin inside sees its node's
 `/var/lib/kubelet/device-plugins`, not the host's. Needs CAP_SYS_ADMIN (root); without
 it the container fails with a message that says so.
 
-With `--bind-ip` (the node's own address, `sim.netaddr`) a Python command run as
+With `--bind-ip` (the node's own address, `sim.controlplane.addr`) a Python command run as
 `python -m MODULE` runs in this process with wildcard binds (`0.0.0.0`, `::`) moved to that
 address, so the same port on two simulated nodes never collides; other commands are
 exec'd unchanged.

@@ -14,9 +14,9 @@ import grpc
 
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
-from kubegpu.sim.devices import DeviceManager
+from kubegpu.sim.kubelet.devicemanager import DeviceManager
 
-# (pod uid, container name) -> the container's DRA claims (sim.dra)
+# (pod uid, container name) -> the container's DRA claims (kubelet.dramanager)
 DynamicResources = Callable[[str, str], list[pr.DynamicResource]]
 
 

@@ -21,8 +21,8 @@ from lightkube.models.authentication_v1 import TokenRequestSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ServiceAccountToken
 
-from kubegpu.sim.devices import ContainerAllocation
-from kubegpu.sim.mounted import MountedObjects, ObjectKey
+from kubegpu.sim.kubelet.devicemanager import ContainerAllocation
+from kubegpu.sim.kubelet.mounted import MountedObjects, ObjectKey
 
 Json = dict[str, Any]
 Mount = tuple[str, str, bool]  # host path, container path, read-only
@@ -36,7 +36,7 @@ class PodObjects:
     client: AsyncClient
     namespace: str
     service_account: str
-    cache: MountedObjects  # ConfigMaps and Secrets, watched (sim.mounted)
+    cache: MountedObjects  # ConfigMaps and Secrets, watched (kubelet.mounted)
     clock: Callable[[], float] = time.monotonic
     # (audience, lifetime s) -> (token, when it is due for refresh on `clock`)
     tokens: dict[tuple[str | None, int], tuple[str, float]] = field(

@@ -30,7 +30,8 @@ from typing import Any
 from kubegpu.catalog import nvidia
 from kubegpu.nvml.sim.controls import SimWorkload
 from kubegpu.sharing.replicas import physical_id
-from kubegpu.sim.devices import ContainerAllocation
+from kubegpu.sim.kubelet.devicemanager import ContainerAllocation
+from kubegpu.sim.kubelet.qos import qos_class
 
 log = logging.getLogger(__name__)
 
@@ -94,23 +95,9 @@ def mps_daemon(container: Json, allocation: ContainerAllocation) -> str | None:
     return pipe if best is None else best[1] + pipe[len(best[0]) :]
 
 
-def qos_class(pod: Json) -> str:
-    """The pod's QoS class (kubelet's rule, on cpu and memory): guaranteed, burstable or
-    besteffort."""
-    containers = pod.get("spec", {}).get("containers") or []
-    requests = limits = 0
-    guaranteed = bool(containers)
-    for c in containers:
-        res = c.get("resources") or {}
-        req = {k: v for k, v in (res.get("requests") or {}).items() if k in ("cpu", "memory")}
-        lim = {k: v for k, v in (res.get("limits") or {}).items() if k in ("cpu", "memory")}
-        requests += len(req)
-        limits += len(lim)
-        if set(lim) != {"cpu", "memory"} or any(req.get(k, lim[k]) != lim[k] for k in lim):
-            guaranteed = False
-    if guaranteed:
-        return "guaranteed"
-    return "burstable" if requests or limits else "besteffort"
+def cgroup_qos(pod: Json) -> str:
+    """The pod's QoS class as its cgroup is named: `qos.qos_class`, lower-cased."""
+    return qos_class(pod.get("spec") or {}).lower()
 
 
 def container_loads(
@@ -139,7 +126,7 @@ def container_loads(
             ContainerLoad(
                 uid,
                 name,
-                qos_class(pod),
+                cgroup_qos(pod),
                 devices,
                 _env_int(spec, ENV_MEMORY, 0, 1 << 24),
                 _env_int(spec, ENV_SM, 0, 100),

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kubegpu.sim.devices import ContainerAllocation
-from kubegpu.sim.podvolumes import FieldResolver, PodObjects
+from kubegpu.sim.kubelet.devicemanager import ContainerAllocation
+from kubegpu.sim.kubelet.volumes import FieldResolver, PodObjects
 
 Json = dict[str, Any]
 
@@ -98,6 +98,8 @@ async def container_env(
             )
             if ref["key"] in files:
                 env[item["name"]] = files[ref["key"]].decode()
+            elif not ref.get("optional"):  # the kubelet's CreateContainerConfigError
+                raise ValueError(f"couldn't find key {ref['key']} in ConfigMap {ref['name']}")
         elif "secretKeyRef" in vf:
             ref = vf["secretKeyRef"]
             files = await objects.secret_files(
@@ -105,6 +107,8 @@ async def container_env(
             )
             if ref["key"] in files:
                 env[item["name"]] = files[ref["key"]].decode()
+            elif not ref.get("optional"):
+                raise ValueError(f"couldn't find key {ref['key']} in Secret {ref['name']}")
         elif "resourceFieldRef" in vf:
             env[item["name"]] = "0"
     if allocation is not None:

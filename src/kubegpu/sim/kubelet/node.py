@@ -28,22 +28,21 @@ from lightkube.resources.core_v1 import Node, NodeStatus, Pod
 from lightkube.types import PatchType, on_error_retry
 
 from kubegpu.base.tasks import bounded_stop, cancel_all, start_kept
+from kubegpu.kube.kubelet import DEVICE_PLUGIN_PATH, POD_RESOURCES_SOCKET
 from kubegpu.nvml.sim import SimControls, SimNvml
-from kubegpu.sim import gpuload, inprocess, mounted, netaddr
-from kubegpu.sim.devices import DeviceManager
-from kubegpu.sim.dra import DraManager
+from kubegpu.sim import inprocess
+from kubegpu.sim.controlplane import addr as netaddr
+from kubegpu.sim.controlplane.addr import NodeAddress
 from kubegpu.sim.inprocess import ComponentsMode, RootCommand
-from kubegpu.sim.kubeletserver import KubeletServer, LogSource, serving_context
-from kubegpu.sim.mounted import MountedObjects
-from kubegpu.sim.netaddr import NodeAddress
-from kubegpu.sim.podresources import PodRef, PodResourcesServer
-from kubegpu.sim.pods import (
-    NodeContext,
-    PodRunner,
-    kill_pod_processes,
-    now,
-    send_until_taken,
-)
+from kubegpu.sim.kubelet import gpuload, mounted
+from kubegpu.sim.kubelet.devicemanager import DeviceManager
+from kubegpu.sim.kubelet.dramanager import DraManager
+from kubegpu.sim.kubelet.mounted import MountedObjects
+from kubegpu.sim.kubelet.podresources import PodRef, PodResourcesServer
+from kubegpu.sim.kubelet.podworkers import NodeContext, PodRunner, now
+from kubegpu.sim.kubelet.processes import kill_pod_processes
+from kubegpu.sim.kubelet.server import KubeletServer, LogSource, serving_context
+from kubegpu.sim.kubelet.status import send_until_taken
 
 log = logging.getLogger(__name__)
 
@@ -124,12 +123,12 @@ class SimNode:
         self.client: AsyncClient | None = None
         self.mounted: MountedObjects | None = None  # shared with the process's other nodes
         self.devices = DeviceManager(
-            self.root / "var/lib/kubelet/device-plugins", self._capacity_changed
+            self.root / DEVICE_PLUGIN_PATH.strip("/"), self._capacity_changed
         )
         self.devices.on_allocations = self._allocations_changed
         self.dra = DraManager(self.name, self.root)  # DRA plugins and resource claims
         self.pod_resources = PodResourcesServer(
-            self.root / "var/lib/kubelet/pod-resources/kubelet.sock",
+            self.root / POD_RESOURCES_SOCKET.strip("/"),
             self.devices,
             self._pod_refs,
             self.dra.dynamic_resources,
@@ -149,7 +148,7 @@ class SimNode:
 
     @property
     def address(self) -> str:
-        """The node's InternalIP (its own address once started, see sim.netaddr)."""
+        """The node's InternalIP (its own address once started, see sim.controlplane.addr)."""
         return self.network.ip if self.network else "127.0.0.1"
 
     @property

@@ -3,9 +3,9 @@
 The real kube-scheduler and resource-claim controller allocate claims against the
 ResourceSlices a DRA driver publishes; what is left for the kubelet, and done here:
 
-- the plugin watcher: registration sockets in ``plugins_registry/`` are dialled
-  (``GetInfo``, checked, ``NotifyRegistrationStatus``); a recreated socket registers again, a
-  removed one deregisters, and a driver with no plugin left loses its slices after a delay;
+- the plugin watcher's DRA handler: a plugin the watcher (``pluginwatcher``) finds is
+  checked (type, name, endpoint, a version both speak) and kept per driver; a driver with
+  no plugin left loses its slices after a delay;
 - at kubelet start, the node's ResourceSlices are deleted (drivers republish on registration);
 - before a pod's containers start, its claims must be allocated and reserved for it, and are
   prepared with ``NodePrepareResources`` (one call per driver); a failure is retried with
@@ -13,7 +13,11 @@ ResourceSlices a DRA driver publishes; what is left for the kubelet, and done he
 - the CDI devices a plugin returned become the container's environment, read from the CDI
   spec files under the node's CDI directories, as the container runtime would;
 - after the last pod on the node using a claim ends, ``NodeUnprepareResources``;
-- pod-resources ``dynamic_resources`` for each container.
+- pod-resources ``dynamic_resources`` for each container;
+- extended resources backed by DRA (``DeviceClass.extendedResourceName``, Kubernetes 1.36+):
+  the claim the scheduler made for a pod's ``nvidia.com/gpu`` limit is named in
+  ``status.extendedResourceClaimStatus`` and prepared like the pod's own; each container gets
+  the devices of the requests mapped to it, and those resources need no device plugin.
 """
 
 from __future__ import annotations
@@ -38,7 +42,13 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from kubegpu.catalog.nvidia import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_VOID
+from kubegpu.base.tasks import cancel_all, start_kept
+from kubegpu.catalog.nvidia import (
+    CDI_SPEC_DIR,
+    CDI_STATIC_SPEC_DIR,
+    NVIDIA_VISIBLE_DEVICES,
+    VISIBLE_DEVICES_VOID,
+)
 from kubegpu.kube.kubelet import (
     DRA_PLUGIN_TYPE,
     DRA_PREPARE_TIMEOUT_S,
@@ -52,18 +62,17 @@ from kubegpu.kube.kubelet import (
 )
 from kubegpu.kube.kubelet import dra_v1_pb2 as dra
 from kubegpu.kube.kubelet import pluginregistration_v1_pb2 as reg
-from kubegpu.kube.kubelet import pluginregistration_v1_pb2_grpc as reg_grpc
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
+from kubegpu.sim.kubelet.pluginwatcher import WATCH_INTERVAL_S, PluginWatcher
 
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 
-#: Where the container runtime looks for CDI specs, relative to the node's root.
-CDI_DIRS = ("etc/cdi", "var/run/cdi")
+#: Where the container runtime looks for CDI specs (static, then dynamic: a later one
+#: wins), relative to the node's root.
+CDI_DIRS = tuple(d.strip("/") for d in (CDI_STATIC_SPEC_DIR, CDI_SPEC_DIR))
 FAILED_PREPARE = "FailedPrepareDynamicResources"  # the kubelet's event reason
-WATCH_INTERVAL_S = 0.2
-REGISTRATION_TIMEOUT_S = 5.0
 WIPE_DELAY_S = 30.0  # a driver with no plugin left loses its slices after this long
 BACKOFF_START_S = 0.5
 BACKOFF_MAX_S = 10.0
@@ -112,6 +121,9 @@ def pod_claims(pod: Json) -> dict[str, str | None]:
         for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
     }
     out: dict[str, str | None] = {}
+    extended = extended_claim(pod)
+    if extended is not None:
+        out[EXTENDED_CLAIM] = extended
     for ref in pod["spec"].get("resourceClaims") or []:
         name = ref["name"]
         if ref.get("resourceClaimName"):
@@ -121,6 +133,47 @@ def pod_claims(pod: Json) -> dict[str, str | None]:
         elif statuses[name]:
             out[name] = statuses[name]
     return out
+
+
+#: The key under which a pod's extended-resource claim is kept among its claims (not a DNS
+#: label, so never one of the pod's own claim names).
+EXTENDED_CLAIM = "<extended-resources>"
+
+
+def _extended_status(pod: Json) -> Json:
+    return (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+
+
+def extended_claim(pod: Json) -> str | None:
+    """The ResourceClaim the scheduler made for the pod's DRA-backed extended resources."""
+    name = _extended_status(pod).get("resourceClaimName")
+    return str(name) if name else None
+
+
+def dra_backed_resources(pod: Json, container: str) -> set[str]:
+    """The extended resources of `container` that the pod's extended-resource claim serves
+    (the kubelet admits them without a device plugin)."""
+    return {
+        str(m.get("resourceName"))
+        for m in _extended_status(pod).get("requestMappings") or []
+        if m.get("containerName") == container
+    }
+
+
+def extended_requests(pod: Json, container: Json) -> list[tuple[str, str | None]]:
+    """The container's (pod claim, request) pairs in the extended-resource claim: one per
+    request mapped to a resource the container asks for, as the kubelet does."""
+    asked = {
+        k
+        for part in ("requests", "limits")
+        for k, v in ((container.get("resources") or {}).get(part) or {}).items()
+        if str(v) not in ("0", "")
+    }
+    return [
+        (EXTENDED_CLAIM, str(m["requestName"]))
+        for m in _extended_status(pod).get("requestMappings") or []
+        if m.get("containerName") == container["name"] and m.get("resourceName") in asked
+    ]
 
 
 def claim_not_ready(claim: Json, pod_uid: str) -> str | None:
@@ -264,15 +317,13 @@ class DraManager:
         self.registry = root / PLUGINS_REGISTRY_PATH.strip("/")
         self.cdi_dirs = [root / d for d in CDI_DIRS]
         self.wipe_delay_s = wipe_delay_s
-        self.watch_interval_s = watch_interval_s
         self.plugins: dict[str, list[DraPlugin]] = {}  # driver -> plugins, newest last
         self.claims: dict[str, PreparedClaim] = {}  # claim uid -> prepared claim
         self.pods: dict[str, PodClaims] = {}  # pod uid -> its claims
         self._client: AsyncClient | None = None
-        self._seen: dict[Path, tuple[int, int]] = {}  # registration socket -> (inode, mtime)
-        self._watcher: asyncio.Task[None] | None = None
+        self.watcher = PluginWatcher(node_name, self.registry, self, watch_interval_s)
         self._wipes: dict[str, asyncio.Task[None]] = {}
-        self._unprepares: set[asyncio.Task[None]] = set()
+        self._unprepares: list[asyncio.Task[None]] = []
         # one lock per claim: two pods sharing a claim prepare it once, while pods with
         # claims of their own prepare side by side, as the real kubelet's pod workers do
         self._claim_locks: dict[str, asyncio.Lock] = {}
@@ -283,28 +334,20 @@ class DraManager:
         self._client = client
         self.registry.mkdir(parents=True, exist_ok=True)
         await self.delete_slices()
-        self._watcher = asyncio.create_task(
-            self._watch_registry(), name=f"{self.node_name}:dra-plugins"
-        )
+        self.watcher.start()
         unused = [c for c in self.claims.values() if not c.pods]  # left by a restart
         if unused:
             self._unprepare_later(unused)
 
     async def stop(self) -> None:
-        tasks = [t for t in [self._watcher, *self._wipes.values(), *self._unprepares] if t]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._watcher = None
+        await self.watcher.stop()
+        await cancel_all([*self._wipes.values(), *self._unprepares])
         self._wipes.clear()
         self._unprepares.clear()
         for plugins in self.plugins.values():
             for p in plugins:
                 await p.channel.close()
         self.plugins.clear()
-        self._seen.clear()
 
     async def restart(self) -> None:
         """Kubelet restart: registrations are forgotten and done again, slices wiped;
@@ -333,33 +376,32 @@ class DraManager:
                 deleted += 1
         return deleted
 
-    # -- plugin watcher -------------------------------------------------------------------
-    async def _watch_registry(self) -> None:
-        while True:
-            try:
-                await self._scan()
-            except Exception:  # a bad socket must not stop the watcher
-                log.exception("node %s: plugin watcher", self.node_name)
-            await asyncio.sleep(self.watch_interval_s)
+    # -- the plugin watcher's DRA handler ------------------------------------------------
+    def validate(self, info: reg.PluginInfo) -> str | None:
+        """Why the plugin cannot be a DRA driver here, or None when it can."""
+        problem = registration_problem(info)
+        if problem is None and not self._endpoint(info.endpoint).exists():
+            problem = f"driver {info.name}: endpoint {info.endpoint} does not exist"
+        return problem
 
-    async def _scan(self) -> None:
-        present: dict[Path, tuple[int, int]] = {}
-        for path in self.registry.iterdir() if self.registry.is_dir() else []:
-            if path.name.startswith(".") or not path.is_socket():
-                continue
-            with contextlib.suppress(OSError):
-                st = path.stat()
-                present[path] = (st.st_ino, st.st_mtime_ns)
-        for path in [p for p in self._seen if p not in present]:
-            del self._seen[path]
-            await self._deregister(path)
-        for path, stamp in present.items():
-            if self._seen.get(path) == stamp:
-                continue
-            if path in self._seen:  # recreated: the old plugin is gone
-                await self._deregister(path)
-            if await self._register(path):
-                self._seen[path] = stamp
+    async def register(self, info: reg.PluginInfo, socket: Path) -> None:
+        version = choose_version(info.supported_versions)
+        assert version is not None
+        endpoint = self._endpoint(info.endpoint)
+        plugin = DraPlugin(
+            info.name, endpoint, version, socket, grpc.aio.insecure_channel(unix_target(endpoint))
+        )
+        self.plugins.setdefault(info.name, []).append(plugin)
+        wipe = self._wipes.pop(info.name, None)
+        if wipe is not None:
+            wipe.cancel()
+        log.info(
+            "node %s: DRA driver %s registered (%s at %s)",
+            self.node_name,
+            info.name,
+            version,
+            endpoint,
+        )
 
     def _endpoint(self, announced: str) -> Path:
         """A plugin names its endpoint as a host path; on a simulated node the host's
@@ -369,57 +411,7 @@ class DraManager:
             return inside
         return Path(announced)
 
-    async def _register(self, socket: Path) -> bool:
-        """Register the plugin behind `socket`; False when it is not answering (yet)."""
-        try:
-            async with grpc.aio.insecure_channel(unix_target(socket)) as channel:
-                stub = reg_grpc.RegistrationStub(channel)
-                info = await stub.GetInfo(reg.InfoRequest(), timeout=REGISTRATION_TIMEOUT_S)
-                problem = registration_problem(info)
-                if problem is None and not self._endpoint(info.endpoint).exists():
-                    problem = f"driver {info.name}: endpoint {info.endpoint} does not exist"
-                if problem is not None:
-                    log.warning("node %s: %s: %s", self.node_name, socket, problem)
-                    await stub.NotifyRegistrationStatus(
-                        reg.RegistrationStatus(plugin_registered=False, error=problem),
-                        timeout=REGISTRATION_TIMEOUT_S,
-                    )
-                    return True  # refused: tried again only once the socket changes
-                version = choose_version(info.supported_versions)
-                assert version is not None
-                endpoint = self._endpoint(info.endpoint)
-                plugin = DraPlugin(
-                    info.name,
-                    endpoint,
-                    version,
-                    socket,
-                    grpc.aio.insecure_channel(unix_target(endpoint)),
-                )
-                try:
-                    await stub.NotifyRegistrationStatus(
-                        reg.RegistrationStatus(plugin_registered=True),
-                        timeout=REGISTRATION_TIMEOUT_S,
-                    )
-                except grpc.aio.AioRpcError:
-                    await plugin.channel.close()
-                    raise
-                self.plugins.setdefault(info.name, []).append(plugin)
-                wipe = self._wipes.pop(info.name, None)
-                if wipe is not None:
-                    wipe.cancel()
-                log.info(
-                    "node %s: DRA driver %s registered (%s at %s)",
-                    self.node_name,
-                    info.name,
-                    version,
-                    endpoint,
-                )
-                return True
-        except grpc.aio.AioRpcError as exc:
-            log.debug("node %s: %s not answering: %s", self.node_name, socket, exc.details())
-            return False
-
-    async def _deregister(self, socket: Path) -> None:
+    async def deregister(self, socket: Path) -> None:
         for driver, plugins in list(self.plugins.items()):
             for p in [p for p in plugins if p.registration == socket]:
                 plugins.remove(p)
@@ -458,7 +450,7 @@ class DraManager:
     ) -> None:
         """Return once the pod's claims are prepared, retrying with backoff; on each
         failure, the kubelet's event and `waiting` (e.g. push the pod's status)."""
-        if not pod["spec"].get("resourceClaims"):
+        if not pod["spec"].get("resourceClaims") and extended_claim(pod) is None:
             return
         delay = BACKOFF_START_S
         while True:
@@ -522,7 +514,10 @@ class DraManager:
         self.pods[uid] = PodClaims(
             {n: c["metadata"]["uid"] for n, c in claims.items()},
             {
-                c["name"]: [(r["name"], r.get("request")) for r in _claim_refs(c)]
+                c["name"]: [
+                    *((r["name"], r.get("request")) for r in _claim_refs(c)),
+                    *extended_requests(pod, c),
+                ]
                 for c in [*(pod["spec"].get("initContainers") or []), *pod["spec"]["containers"]]
             },
         )
@@ -605,9 +600,7 @@ class DraManager:
             self._unprepare_later(done)
 
     def _unprepare_later(self, claims: list[PreparedClaim]) -> None:
-        task = asyncio.create_task(self._unprepare(claims))
-        self._unprepares.add(task)
-        task.add_done_callback(self._unprepares.discard)
+        start_kept(self._unprepares, self._unprepare(claims))
 
     async def _unprepare(self, claims: list[PreparedClaim]) -> None:
         delay = BACKOFF_START_S

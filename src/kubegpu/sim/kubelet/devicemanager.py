@@ -9,7 +9,6 @@ then Allocate, with bookkeeping so no device is handed out twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import grpc
 
+from kubegpu.base.tasks import cancel_all
+from kubegpu.kube.kubelet import KUBELET_SOCKET
 from kubegpu.kube.kubelet import deviceplugin_v1beta1_pb2 as dp
 from kubegpu.kube.kubelet import deviceplugin_v1beta1_pb2_grpc as dp_grpc
 
@@ -70,7 +71,7 @@ class DeviceManager:
 
     @property
     def socket(self) -> Path:
-        return self.plugin_dir / "kubelet.sock"
+        return self.plugin_dir / KUBELET_SOCKET
 
     # -- registration -------------------------------------------------------------------
     async def start(self) -> None:
@@ -144,9 +145,7 @@ class DeviceManager:
 
     async def _drop(self, ep: _Endpoint) -> None:
         if ep.task is not None:
-            ep.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ep.task
+            await cancel_all([ep.task])
         await ep.channel.close()
 
     # -- what the node advertises ---------------------------------------------------------

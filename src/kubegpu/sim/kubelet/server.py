@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from kubegpu.base.request_head import REASONS, STREAM_LIMIT, HttpError, read_request_within
-from kubegpu.sim.certs import CertificateAuthority
+from kubegpu.sim.controlplane.certs import CertificateAuthority
 
 log = logging.getLogger(__name__)
 
