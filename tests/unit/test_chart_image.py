@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from kubegpu.sim.controlplane import find_bin_dir
+from kubegpu.sim.controlplane.binaries import find_bin_dir
 
 CHART = Path(__file__).parents[2] / "deploy" / "helm" / "kubegpu"
 DIGEST = "sha256:" + "0123456789abcdef" * 4
