@@ -14,6 +14,7 @@ SUITES = [
     "device_plugin",
     "plan",
     "plan_midsize",
+    "plan_snapshot",
     "operator",
     "dra",
 ]

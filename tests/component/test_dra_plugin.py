@@ -35,6 +35,7 @@ from kubegpu.kube.kubelet import unix_target
 from kubegpu.node.gpus import sim_backend
 from kubegpu.node.runtime import ComponentError
 from kubegpu.nvml.sim import SimControls, SimNvml
+from kubegpu.sim.kubelet.dramanager import cdi_env
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -422,8 +423,9 @@ async def test_mps_claim_starts_a_daemon_and_unprepare_stops_it(
     assert limits["defaultActiveThreadPercentage"] == 50
     assert [d["pinnedDeviceMemoryLimitMiB"] for d in limits["devices"]] == [10240]
     spec = json.loads(node.cdi_spec("u-m").read_text())
-    assert f"CUDA_MPS_PIPE_DIRECTORY={directory / 'pipe'}" in spec["containerEdits"]["env"]
-    assert spec["containerEdits"]["mounts"][0]["hostPath"] == str(directory / "pipe")
+    (entry,) = spec["devices"]
+    assert f"CUDA_MPS_PIPE_DIRECTORY={directory / 'pipe'}" in entry["containerEdits"]["env"]
+    assert entry["containerEdits"]["mounts"][0]["hostPath"] == str(directory / "pipe")
 
     await unprepare(stub, claim)
     assert not directory.exists()
@@ -441,7 +443,51 @@ async def test_time_slicing_interval_reaches_the_container(
     )
     assert (await prepare(stub, claim)).claims["u-t"].error == ""
     spec = json.loads(node.cdi_spec("u-t").read_text())
-    assert "KUBEGPU_DRA_TIMESLICE_INTERVAL=Long" in spec["containerEdits"]["env"]
+    (entry,) = spec["devices"]
+    assert "KUBEGPU_DRA_TIMESLICE_INTERVAL=Long" in entry["containerEdits"]["env"]
+
+
+async def test_gpu_test5_each_sharing_config_reaches_only_its_own_gpu(
+    node: Node, running: DraPluginProgram, kubelet: Kubelet
+) -> None:
+    """NVIDIA's gpu-test5 shape: one claim, two GPUs, a TimeSlicing config naming request
+    ts-gpu and an MPS config naming mps-gpu. The containers of each request must see only
+    their own GPU's sharing: the time-sliced ones are no MPS clients, the MPS ones are not
+    told of an interval, and the MPS daemon serves the MPS GPU alone."""
+    stub = kubelet.dra(await kubelet.register())
+    claim = node.api.add(
+        "test5",
+        "u-5",
+        [("ts-gpu", "gpu-0"), ("mps-gpu", "gpu-1")],
+        [
+            gpu_config(["ts-gpu"], strategy="TimeSlicing", timeSlicingConfig={"interval": "Long"}),
+            gpu_config(
+                ["mps-gpu"],
+                strategy="MPS",
+                mpsConfig={
+                    "defaultActiveThreadPercentage": 50,
+                    "defaultPinnedDeviceMemoryLimit": "10Gi",
+                },
+            ),
+        ],
+    )
+    got = (await prepare(stub, claim)).claims["u-5"]
+    assert got.error == ""
+    ids = {d.request_names[0]: list(d.cdi_device_ids) for d in got.devices}
+    specs = [json.loads(node.cdi_spec("u-5").read_text())]
+    ts_env, mps_env = (cdi_env(ids[r], specs) for r in ("ts-gpu", "mps-gpu"))
+    pipe = node.plugin_dir / "mps" / "u-5" / "pipe"
+    assert ts_env["KUBEGPU_DRA_TIMESLICE_INTERVAL"] == "Long"
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in ts_env
+    assert mps_env["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe)
+    assert "KUBEGPU_DRA_TIMESLICE_INTERVAL" not in mps_env
+    assert ts_env["NVIDIA_VISIBLE_DEVICES"] != mps_env["NVIDIA_VISIBLE_DEVICES"]
+    entries = {e["name"]: e["containerEdits"] for e in specs[0]["devices"]}
+    assert "mounts" not in entries["u-5-gpu-0"]
+    assert [m["hostPath"] for m in entries["u-5-gpu-1"]["mounts"]] == [str(pipe)]
+    limits = json.loads((pipe.parent / "limits.json").read_text())
+    assert [d["uuid"] for d in limits["devices"]] == [mps_env["NVIDIA_VISIBLE_DEVICES"]]
+    assert [d["pinnedDeviceMemoryLimitMiB"] for d in limits["devices"]] == [10240]
 
 
 # --- restarts and crashes --------------------------------------------------------------------

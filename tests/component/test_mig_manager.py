@@ -4,6 +4,7 @@ against the API server is in tests/integration/test_mig_manager*.py."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -143,7 +144,9 @@ async def test_a_kubelet_slow_to_answer_is_asked_again_before_the_change_fails(
     monkeypatch.setattr(manager, "list_held_devices", ask)
     monkeypatch.setattr(manager, "POD_RESOURCES_BACKOFF_S", (0.0, 0.0, 0.0))
     nvml = SimNvml.create(tmp_path / "gpus.json", "h100-80gb:2")
-    mig = manager.MigManager(MigManagerSettings(node_name="n"), None, nvml)  # type: ignore[arg-type]
+    # no time beyond the retries: this test is about them (the deadline is the next test's)
+    settings = MigManagerSettings(node_name="n", pod_resources_timeout_s=0)
+    mig = manager.MigManager(settings, None, nvml)  # type: ignore[arg-type]
 
     answers[:] = [PodResourcesError("Deadline Exceeded")] * 2 + [[]]
     await mig._check_busy([0, 1])  # nothing held: the change may go on
@@ -158,3 +161,49 @@ async def test_a_kubelet_slow_to_answer_is_asked_again_before_the_change_fails(
     answers[:] = [PodResourcesError("no kubelet at kubelet.sock")] * 4
     with pytest.raises(Failed, match="cannot tell which pods hold GPUs: no kubelet"):
         await mig._check_busy([0])
+
+
+async def test_a_kubelet_that_answers_after_the_retries_is_waited_for_until_the_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loaded node: the kubelet is busy (the pods a change stopped restart, the device
+    plugin registers and advertises late) and does not answer pod-resources for longer
+    than the three retries take. The change may still land: it waits, never `failed`,
+    until --pod-resources-timeout has passed."""
+    answers_at = time.monotonic() + 1.0
+    asked = 0
+
+    async def late(socket: Path) -> list[HeldDevice]:
+        nonlocal asked
+        asked += 1
+        if time.monotonic() < answers_at:
+            raise PodResourcesError("Deadline Exceeded")
+        return []
+
+    monkeypatch.setattr(manager, "list_held_devices", late)
+    monkeypatch.setattr(manager, "POD_RESOURCES_BACKOFF_S", (0.05, 0.05, 0.1))
+    nvml = SimNvml.create(tmp_path / "gpus.json", "h100-80gb:2")
+    slow_ok = MigManagerSettings(node_name="n", pod_resources_timeout_s=30)
+    mig = manager.MigManager(slow_ok, None, nvml)  # type: ignore[arg-type]
+    await mig._check_busy([0, 1])  # answered at last, nothing held: the change goes on
+    assert asked > len(manager.POD_RESOURCES_BACKOFF_S) + 1
+
+    async def never(socket: Path) -> list[HeldDevice]:
+        raise PodResourcesError("Deadline Exceeded")
+
+    monkeypatch.setattr(manager, "list_held_devices", never)
+    short = MigManagerSettings(node_name="n", pod_resources_timeout_s=0.5)
+    mig = manager.MigManager(short, None, nvml)  # type: ignore[arg-type]
+    started = time.monotonic()
+    with pytest.raises(Failed, match=r"did not answer within --pod-resources-timeout 0.5s"):
+        await mig._check_busy([0])
+    assert time.monotonic() - started >= 0.5
+
+
+def test_the_pod_resources_timeout_is_checked_at_start() -> None:
+    result = runner.invoke(
+        app,
+        ["mig-manager", "--node-name", "n1", "--pod-resources-timeout", "-1", "--nvml", "sim:/x"],
+    )
+    assert result.exit_code == 1
+    assert "--pod-resources-timeout / POD_RESOURCES_TIMEOUT -1: must be" in result.stderr

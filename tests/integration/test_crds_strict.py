@@ -201,3 +201,18 @@ def test_the_charts_default_nvidiadriver_is_accepted_strictly(crds_installed: Co
     assert stored.returncode == 0, stored.stderr
     assert json.loads(stored.stdout)["spec"] == driver["spec"]
     kubectl(crds_installed, "delete", "nvidiadriver", "default")
+
+
+def test_nvidias_sample_gpu_cluster_is_accepted_strictly(crds_installed: ControlPlane) -> None:
+    """NVIDIA's sample GPUCluster sets spec.hostPaths.rootFS, which NVIDIA's schema lacks;
+    a strict apply of the sample must not be refused."""
+    doc = {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "GPUCluster",
+        "metadata": {"name": "gpu-cluster"},
+        "spec": {"hostPaths": {"rootFS": "/", "driverInstallDir": "/run/nvidia/driver"}},
+    }
+    apply_strict(crds_installed, doc)
+    stored = kubectl(crds_installed, "get", "gpucluster", "gpu-cluster", "-o", "json")
+    assert json.loads(stored.stdout)["spec"]["hostPaths"]["rootFS"] == "/"
+    kubectl(crds_installed, "delete", "gpucluster", "gpu-cluster")

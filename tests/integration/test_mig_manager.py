@@ -26,6 +26,7 @@ from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.nodes import watch_node
+from kubegpu.mig import parted
 from kubegpu.mig.parted import read_node
 from kubegpu.mig_manager import (
     MIG_CONFIG_LABEL,
@@ -211,6 +212,34 @@ def layout(node: SimNode) -> list[Counter[str] | None]:
 
 
 # -- the happy path ----------------------------------------------------------------------------
+
+
+async def test_one_label_change_plans_the_node_once_and_once_more_under_the_lock(
+    env: Callable[..., Awaitable[Env]], akube: AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each plan reads the node's GPUs from NVML (`mig.parted.read_gpus`). A change is
+    planned once and that plan carried through its steps, and planned once more under the
+    node's MIG lock; a value already applied is planned once."""
+    e = await env("mm-plans")
+    node: SimNode = e["node"]
+    await e["start"]()
+    reads: list[int] = []
+    read_gpus = parted.read_gpus
+
+    def counted(nvml: Any) -> Any:
+        reads.append(1)
+        return read_gpus(nvml)
+
+    monkeypatch.setattr(parted, "read_gpus", counted)
+    await label(akube, node.name, "all-1g.18gb")
+    assert await settled(akube, node.name) == "success"
+    assert layout(node) == [Counter({"1g.18gb": 7})] * 8
+    assert len(reads) == 2
+    reads.clear()
+    # the same value asked for again (the state label removed): already applied
+    await akube.patch(Node, node.name, {"metadata": {"labels": {MIG_STATE_LABEL: None}}})
+    assert await settled(akube, node.name) == "success"
+    assert len(reads) == 1
 
 
 async def test_a_layout_is_applied_with_operands_paused_and_restored_exactly(

@@ -222,7 +222,7 @@ def test_the_operator_may_manage_every_kind_it_renders() -> None:
 def test_the_dockerfile_builds_one_image_whose_entrypoint_is_kubegpu() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11-slim", text, re.M)
-    assert re.search(r"^RUN pip install \.", text, re.M)
+    assert re.search(r"^RUN pip install [^\n]*--no-deps[^\n]* \. ", text, re.M)  # the lock first
     assert re.search(r'^ENTRYPOINT \["kubegpu"\]', text, re.M)
 
 

@@ -1,5 +1,6 @@
 """The per-claim CDI spec: upstream's kind, file and device names, one device per allocated
-device with its nodes and UUID, claim-wide settings in the spec's own edits."""
+device with its nodes, UUID and its own config's edits, claim-wide settings in the spec's own
+edits."""
 
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ def test_claim_spec() -> None:
     spec = claim_spec(
         "u-1",
         [
-            SpecDevice("gpu-0", "GPU-a", ("/dev/nvidia0",)),
+            SpecDevice(
+                "gpu-0", "GPU-a", ("/dev/nvidia0",), {"CUDA_MPS_PIPE_DIRECTORY": "/p"}, ("/p",)
+            ),
             SpecDevice(
                 "gpu-1-mig-1g18gb-19-0", "MIG-b", ("/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap21")
             ),
             SpecDevice("gpu-0", "GPU-a", ("/dev/nvidia0",)),
         ],
-        env={"KUBEGPU_DRA_CLAIM": "ml/c", "CUDA_MPS_PIPE_DIRECTORY": "/p"},
-        mounts=["/p"],
+        env={"KUBEGPU_DRA_CLAIM": "ml/c"},
         control_devices=["/dev/nvidiactl"],
         dev_root="/run/nvidia/driver",
     )
@@ -32,9 +34,16 @@ def test_claim_spec() -> None:
         {
             "name": "u-1-gpu-0",
             "containerEdits": {
-                "env": ["NVIDIA_VISIBLE_DEVICES=GPU-a"],
+                "env": ["NVIDIA_VISIBLE_DEVICES=GPU-a", "CUDA_MPS_PIPE_DIRECTORY=/p"],
                 "deviceNodes": [
                     {"path": "/dev/nvidia0", "hostPath": "/run/nvidia/driver/dev/nvidia0"}
+                ],
+                "mounts": [
+                    {
+                        "hostPath": "/p",
+                        "containerPath": "/p",
+                        "options": ["rw", "nosuid", "nodev", "bind"],
+                    }
                 ],
             },
         },
@@ -53,11 +62,8 @@ def test_claim_spec() -> None:
         },
     ]
     assert spec["containerEdits"] == {
-        "env": ["CUDA_MPS_PIPE_DIRECTORY=/p", "KUBEGPU_DRA_CLAIM=ml/c"],
+        "env": ["KUBEGPU_DRA_CLAIM=ml/c"],
         "deviceNodes": [{"path": "/dev/nvidiactl", "hostPath": "/run/nvidia/driver/dev/nvidiactl"}],
-        "mounts": [
-            {"hostPath": "/p", "containerPath": "/p", "options": ["rw", "nosuid", "nodev", "bind"]}
-        ],
     }
 
 

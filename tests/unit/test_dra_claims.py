@@ -149,13 +149,18 @@ def test_a_per_device_limit_must_name_a_device_of_the_request() -> None:
         plan_claim(c, REF, "node-a", PUBLISHED, GATES)
 
 
-def test_time_slicing_interval_goes_into_the_claims_environment() -> None:
+def test_time_slicing_interval_goes_to_the_time_sliced_devices_only() -> None:
     c = claim(
         [("a", "gpu-0"), ("b", "gpu-1"), ("m", "gpu-2-mig-1g10gb-19-0")],
         [opaque(["a", "b"], strategy="TimeSlicing", timeSlicingConfig={"interval": "Long"})],
     )
     plan = plan_claim(c, REF, "node-a", PUBLISHED, GATES)
-    assert plan.env["KUBEGPU_DRA_TIMESLICE_INTERVAL"] == "Long"
+    assert {d.request: dict(d.env) for d in plan.devices} == {
+        "a": {"KUBEGPU_DRA_TIMESLICE_INTERVAL": "Long"},
+        "b": {"KUBEGPU_DRA_TIMESLICE_INTERVAL": "Long"},
+        "m": {},  # the MIG device's default config shares nothing
+    }
+    assert plan.env == {"KUBEGPU_DRA_CLAIM": "ml/c"}
     mixed = claim(
         [("a", "gpu-0"), ("b", "gpu-1")],
         [
@@ -163,5 +168,69 @@ def test_time_slicing_interval_goes_into_the_claims_environment() -> None:
             opaque(["b"], strategy="TimeSlicing"),
         ],
     )
-    env = plan_claim(mixed, REF, "node-a", PUBLISHED, GATES).env
-    assert env["KUBEGPU_DRA_TIMESLICE_INTERVAL"] == "GPU-a=Long,GPU-b=Default"
+    envs = [dict(d.env) for d in plan_claim(mixed, REF, "node-a", PUBLISHED, GATES).devices]
+    assert envs == [
+        {"KUBEGPU_DRA_TIMESLICE_INTERVAL": "Long"},
+        {"KUBEGPU_DRA_TIMESLICE_INTERVAL": "Default"},
+    ]
+
+
+def from_class(requests: list[str], **sharing: Any) -> dict[str, Any]:
+    return {**opaque(requests, **sharing), "source": "FromClass"}
+
+
+def test_gpu_test5_each_config_applies_to_the_devices_of_its_requests() -> None:
+    c = claim(
+        [("ts-gpu", "gpu-0"), ("mps-gpu", "gpu-1")],
+        [
+            opaque(["ts-gpu"], strategy="TimeSlicing", timeSlicingConfig={"interval": "Long"}),
+            opaque(["mps-gpu"], strategy="MPS", mpsConfig={"defaultActiveThreadPercentage": 50}),
+        ],
+    )
+    plan = plan_claim(c, REF, "node-a", PUBLISHED, GATES)
+    by_request = {d.request: d for d in plan.devices}
+    assert by_request["ts-gpu"].env == {"KUBEGPU_DRA_TIMESLICE_INTERVAL": "Long"}
+    assert not by_request["ts-gpu"].mps
+    assert by_request["mps-gpu"].env == {} and by_request["mps-gpu"].mps
+    assert plan.mps is not None
+    assert [(lim.uuid, lim.active_thread_percentage) for lim in plan.mps.limits] == [("GPU-b", 50)]
+
+
+def test_a_claim_config_overrides_the_class_config_of_the_same_request() -> None:
+    # the allocator writes class configs (tagged with the request) before the claim's
+    c = claim(
+        [("gpu", "gpu-0")],
+        [
+            from_class(["gpu"], strategy="MPS"),
+            opaque(["gpu"], strategy="TimeSlicing", timeSlicingConfig={"interval": "Short"}),
+        ],
+    )
+    (d,) = plan_claim(c, REF, "node-a", PUBLISHED, GATES).devices
+    assert d.env == {"KUBEGPU_DRA_TIMESLICE_INTERVAL": "Short"} and not d.mps
+
+
+def test_a_class_config_applies_where_the_claim_names_another_request() -> None:
+    c = claim(
+        [("a", "gpu-0"), ("b", "gpu-1")],
+        [
+            from_class(
+                ["a", "b"], strategy="TimeSlicing", timeSlicingConfig={"interval": "Medium"}
+            ),
+            opaque(["b"], strategy="MPS"),
+        ],
+    )
+    plan = plan_claim(c, REF, "node-a", PUBLISHED, GATES)
+    a, b = plan.devices
+    assert a.env == {"KUBEGPU_DRA_TIMESLICE_INTERVAL": "Medium"} and not a.mps
+    assert b.env == {} and b.mps
+    assert plan.mps is not None and [lim.uuid for lim in plan.mps.limits] == ["GPU-b"]
+
+
+def test_a_later_config_for_all_requests_wins_over_an_earlier_named_one() -> None:
+    # upstream walks the list backwards: the claim's request-less config comes last
+    c = claim(
+        [("gpu", "gpu-0")],
+        [from_class(["gpu"], strategy="MPS"), opaque([], strategy="TimeSlicing")],
+    )
+    (d,) = plan_claim(c, REF, "node-a", PUBLISHED, GATES).devices
+    assert d.env == {"KUBEGPU_DRA_TIMESLICE_INTERVAL": "Default"} and not d.mps

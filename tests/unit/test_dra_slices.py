@@ -4,6 +4,7 @@ no index, and pools that say how many slices they have."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -16,6 +17,7 @@ from kubegpu.dra.slices import (
     DraMig,
     MigEngines,
     NodeGpus,
+    brand_of,
     devices,
     mig_device_name,
     node_owner,
@@ -69,11 +71,12 @@ def test_whole_gpu_attributes_and_capacity() -> None:
             "type": {"string": "gpu"},
             "uuid": {"string": "GPU-0"},
             "productName": {"string": "NVIDIA H200"},
+            "brand": {"string": "Nvidia"},
             "architecture": {"string": "Hopper"},
             "cudaComputeCapability": {"version": "9.0.0"},
             "driverVersion": {"version": "580.82.7"},
             "cudaDriverVersion": {"version": "13.0.0"},
-            "resource.kubernetes.io/pciBusID": {"string": "00000000:18:00.0"},
+            "resource.kubernetes.io/pciBusID": {"string": "0000:18:00.0"},
         },
         "capacity": {"memory": {"value": "143771Mi"}},
     }
@@ -106,6 +109,7 @@ def test_mig_devices_replace_their_parent() -> None:
     assert small["attributes"]["parentUUID"] == {"string": "GPU-0"}
     assert small["attributes"]["profile"] == {"string": "1g.18gb"}
     assert small["attributes"]["productName"] == {"string": "NVIDIA H200"}
+    assert small["attributes"]["brand"] == {"string": "Nvidia"}
     big = devices(node)[1].to_json()
     assert big["capacity"] == {
         "multiprocessors": {"value": "64"},
@@ -187,3 +191,26 @@ def test_large_pools_split_into_complete_slices(n: int) -> None:
     assert all(len(s["spec"]["devices"]) <= MAX_DEVICES_PER_SLICE for s in slices)
     assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {len(slices)}
     assert [d["name"] for d in slice_devices(slices)] == [d.name for d in devs]
+
+
+@pytest.mark.parametrize(
+    ("product", "brand"),
+    [
+        ("NVIDIA H200 NVL", "Nvidia"),
+        ("NVIDIA L4", "Nvidia"),
+        ("NVIDIA A100-SXM4-80GB", "Nvidia"),
+        ("NVIDIA RTX 6000 Ada Generation", "NvidiaRTX"),
+        ("NVIDIA GeForce RTX 4090", "GeForceRTX"),
+        ("NVIDIA GeForce GTX 1080", "GeForce"),
+        ("Tesla V100-SXM2-16GB", "Tesla"),
+        ("Quadro RTX 8000", "QuadroRTX"),
+    ],
+)
+def test_brand_follows_nvmls_brand_names(product: str, brand: str) -> None:
+    assert brand_of(product) == brand
+
+
+def test_a_brand_the_backend_reports_wins() -> None:
+    gpu = replace(_gpu(0), brand="Tesla")
+    (dev,) = devices(NodeGpus("580.82.07", (13, 0), (gpu,)))
+    assert dev.to_json()["attributes"]["brand"] == {"string": "Tesla"}

@@ -39,3 +39,39 @@ def test_a_simulated_nodes_pci_bus_makes_it_a_gpu_node(tmp_path: Path) -> None:
     assert len(devices) == 2 and {d.vendor for d in devices} == {0x10DE}
     assert is_gpu_node(gpu_labels(devices))
     assert read_pci(tmp_path / "missing") == []
+
+
+OS_RELEASE = """NAME="Ubuntu"
+VERSION_ID="22.04"
+ID=ubuntu
+PRETTY_NAME="Ubuntu 22.04.4 LTS"
+"""
+
+
+def test_without_nfd_the_labeller_sets_the_os_labels_the_driver_image_suffix_comes_from() -> None:
+    from kubegpu.feature_discovery.pci import os_labels
+    from kubegpu.operator.labels import os_tag
+
+    labels = os_labels(OS_RELEASE, "6.8.0-45-generic")
+    assert labels == {
+        f"{NFD}system-os_release.ID": "ubuntu",
+        f"{NFD}system-os_release.VERSION_ID": "22.04",
+        f"{NFD}kernel-version.full": "6.8.0-45-generic",
+    }
+    assert os_tag(labels) == "ubuntu22.04"
+
+
+def test_os_values_that_are_no_label_values_are_left_out() -> None:
+    from kubegpu.feature_discovery.pci import os_labels
+
+    assert os_labels('ID="my distro"\nVERSION_ID=\n', "6.8.0+") == {}
+
+
+def test_os_labels_are_removed_only_by_a_labeller_given_an_os_release_file() -> None:
+    from kubegpu.feature_discovery.pci import MANAGED, OS_MANAGED, label_patch
+
+    current = {f"{NFD}system-os_release.ID": "ubuntu", f"{NFD}pci-10de.present": "true"}
+    assert label_patch(current, {f"{NFD}pci-10de.present": "true"}) == {}
+    assert label_patch(current, {f"{NFD}pci-10de.present": "true"}, MANAGED + OS_MANAGED) == {
+        f"{NFD}system-os_release.ID": None
+    }

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kubegpu.dra.classes import device_classes
+from kubegpu.kube.crds import crd_manifests
 from kubegpu.kube.policy import parse_gpu_cluster_spec, parse_policy_spec
 from kubegpu.operator import status as st
 from kubegpu.operator.gpucluster import (
@@ -54,6 +57,22 @@ def test_a_gpu_cluster_renders_the_dra_plugin_the_device_classes_and_the_exporte
     assert (owner["kind"], owner["apiVersion"]) == ("GPUCluster", "nvidia.com/v1alpha1")
 
 
+def test_the_gpu_class_serves_nvidia_com_gpu_only_when_asked() -> None:
+    gpu_class = ("DeviceClass", "gpu.nvidia.com")
+    assert "extendedResourceName" not in rendered()[gpu_class]["spec"]  # off by default
+    off = {"draDriver": {"gpus": {"extendedResourceName": ""}}}  # the chart's default value
+    assert "extendedResourceName" not in rendered(off)[gpu_class]["spec"]
+    spec = {"draDriver": {"gpus": {"extendedResourceName": "nvidia.com/gpu"}}}
+    assert rendered(spec)[gpu_class]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert "extendedResourceName" not in rendered(spec)[("DeviceClass", "mig.nvidia.com")]["spec"]
+
+
+def test_another_extended_resource_name_is_refused_by_field_and_value() -> None:
+    with pytest.raises(ValueError, match="extendedResourceName") as err:
+        parse_gpu_cluster_spec({"draDriver": {"gpus": {"extendedResourceName": "nvidia.com/mig"}}})
+    assert "nvidia.com/mig" in str(err.value)
+
+
 def test_the_plugin_gets_the_kubelet_paths_the_cdi_root_and_the_mig_lock() -> None:
     ds = rendered({"hostPaths": {"kubeletRootDir": "/k"}})[("DaemonSet", DRA_DAEMONSET)]
     env = env_of(ds)
@@ -68,7 +87,36 @@ def test_the_plugin_gets_the_kubelet_paths_the_cdi_root_and_the_mig_lock() -> No
         "/k/device-plugins",
         "/var/run/cdi",
         "/run/kubegpu",
+        "/",  # the driver root: a GPUCluster's driver is the host's
     }
+
+
+def test_the_plugin_finds_the_driver_under_the_driver_root_as_nvidias_chart_does() -> None:
+    """No runtime injection (NVIDIA_VISIBLE_DEVICES=void): NVML comes from the driver root,
+    mounted with propagation so a driver mounted after the plugin started is seen."""
+    ds = rendered()[("DaemonSet", DRA_DAEMONSET)]
+    env = env_of(ds)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert env["NVIDIA_DRIVER_ROOT"] == "/"
+    assert env["DRIVER_ROOT_CTR_PATH"] == "/driver-root"
+    assert env["KUBEGPU_DRIVER_LIBRARY_ROOT"] == "/driver-root"
+    pod = ds["spec"]["template"]["spec"]
+    mount = next(
+        m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/driver-root"
+    )
+    assert mount["mountPropagation"] == "HostToContainer"
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["hostPath"]["path"] == "/"
+
+
+def test_nvidias_sample_gpu_cluster_with_a_root_fs_is_accepted() -> None:
+    """Strict apply refuses a field the CRD's schema lacks; NVIDIA's sample sets rootFS."""
+    sample = {"hostPaths": {"rootFS": "/", "driverInstallDir": "/run/nvidia/driver"}}
+    assert parse_gpu_cluster_spec(sample).hostPaths.rootFS == "/"
+    (crd,) = [c for c in crd_manifests() if c["spec"]["names"]["kind"] == "GPUCluster"]
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    host_paths = schema["properties"]["spec"]["properties"]["hostPaths"]["properties"]
+    assert host_paths["rootFS"]["type"] == "string"
 
 
 def test_feature_gates_env_and_resources_come_from_the_gpu_cluster() -> None:

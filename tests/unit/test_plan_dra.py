@@ -20,7 +20,7 @@ from kubegpu.dra.classes import device_classes
 from kubegpu.dra.config import FeatureGates, check_gates, claim_configs, parse_parameters
 from kubegpu.plan import dra, emit, make_plan, parse_data
 from kubegpu.plan.check import check_plan
-from kubegpu.plan.check_dra import selector_matches
+from kubegpu.plan.check_dra import check_dra, selector_matches
 from kubegpu.plan.dra import DraPlanError, dra_plan
 from kubegpu.plan.inputs import PlanInput
 from kubegpu.plan.result import Plan
@@ -268,8 +268,8 @@ def test_a_replica_left_out_of_the_pod_groups_is_caught(monkeypatch: pytest.Monk
     inp, plan = _plan(TIME_SLICED)
     real = dra.dra_plan
 
-    def drop_one(plan: Plan, workloads: Any) -> dra.DraPlan:
-        out = real(plan, workloads)
+    def drop_one(plan: Plan, workloads: Any, mig_fallback: bool = False) -> dra.DraPlan:
+        out = real(plan, workloads, mig_fallback)
         g = out.groups[0]
         out.groups[0] = dataclasses.replace(g, pods=g.pods[:-1])
         return out
@@ -375,3 +375,33 @@ def test_every_corpus_plan_is_emitted_for_dra_and_passes_or_is_refused_by_name(
         )
         return
     assert check_plan(inp, plan, api="dra") == []
+
+
+# --- prioritized lists ---------------------------------------------------------------------
+
+
+def test_with_mig_fallback_a_mig_claim_prefers_its_profile_then_the_next_larger_one() -> None:
+    inp, plan = _plan(MIG_MIX)
+    workloads = {w.name: w for w in inp.workloads}
+    files = emit.render_dra(plan, workloads, mig_fallback=True)
+    claims = _claims(files)
+    (request,) = claims["small"]["spec"]["spec"]["devices"]["requests"]
+    assert "exactly" not in request
+    first, then = request["firstAvailable"]
+    assert (first["name"], then["name"]) == ("mig-1g5gb", "mig-2g10gb")
+    assert "profile == '1g.5gb'" in first["selectors"][0]["cel"]["expression"]
+    assert "profile == '2g.10gb'" in then["selectors"][0]["cel"]["expression"]
+    assert then["deviceClassName"] == first["deviceClassName"] == "mig.nvidia.com"
+    mid = claims["mid"]["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
+    assert [r["name"] for r in mid] == ["mig-2g10gb", "mig-3g20gb"]
+    # the largest profile of the layout has nothing larger to fall back to
+    assert "exactly" in claims["big"]["spec"]["spec"]["devices"]["requests"][0]
+    # the files still say what the plan says: the preferred profile is the planned one
+    assert check_dra(plan, workloads, mig_fallback=True) == []
+
+
+def test_without_mig_fallback_mig_claims_are_exact_requests() -> None:
+    *_, files = _files(MIG_MIX)
+    for claim in _claims(files).values():
+        (request,) = claim["spec"]["spec"]["devices"]["requests"]
+        assert "exactly" in request and "firstAvailable" not in request

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubegpu.plan import Plan, make_plan, parse_data
+import pytest
+
+from kubegpu.catalog import GpuModel, all_models, placement
+from kubegpu.plan import Plan, make_plan, parse_data, rules
 from kubegpu.plan.check import check_plan
 from kubegpu.plan.rules import RULES
 
@@ -319,3 +322,16 @@ def test_every_rule_has_a_test() -> None:
     assert missing == []
     for rule in RULES.values():
         assert rule.source and rule.text
+
+
+@pytest.mark.parametrize("model", [m for m in all_models() if m.mig is not None], ids=str)
+def test_the_planner_gates_mig_on_the_driver_by_the_catalogs_rule(model: GpuModel) -> None:
+    assert model.mig is not None
+    below = "450.80.02"
+    catalog = placement.mig_driver_problem(model.mig, below)
+    planner = rules.mig_driver_problem(model, below)
+    assert (planner is None) == (catalog is None)
+    assert planner is None or (catalog is not None and catalog in planner and model.id in planner)
+    assert rules.mig_driver_problem(model, model.mig.min_driver) is None
+    offered = placement.offered_profiles(model.mig, below)
+    assert set(rules.usable_profiles(model, below)) <= set(offered)

@@ -4,7 +4,8 @@ file validates, and each scenario's expected properties hold.
 Each file is a planner input plus `description` and `expect`:
 complete, methods, profiles, strategy, sharing, left, no_card, suggests, suggestion (workload
 -> text one suggestion contains), resources (workload -> its request), max_gpus, max_cost,
-prerequisite (node -> text), reason (a rule id the reporter cites), warning, large.
+prerequisite (node -> text), reason (a rule id the reporter cites), warning. Any
+other key, or no expectation at all, is an error naming the file (`_load`).
 Scenarios 0x-3x run the default solver (or the one their options name); generated medium and large
 fleets run the heuristic, which is what `auto` uses at that size.
 """
@@ -23,10 +24,62 @@ from kubegpu.plan.check import check_plan
 SCENARIOS = sorted((Path(__file__).parents[1] / "scenarios").glob("*.yaml"))
 
 
+EXPECT_KEYS = frozenset(
+    {
+        "complete",
+        "methods",
+        "profiles",
+        "strategy",
+        "sharing",
+        "left",
+        "no_card",
+        "suggests",
+        "suggestion",
+        "resources",
+        "max_gpus",
+        "max_cost",
+        "prerequisite",
+        "reason",
+        "warning",
+    }
+)
+
+
+class ScenarioError(ValueError):
+    """A scenario file whose `expect` cannot be checked as written."""
+
+
 def _load(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A scenario's planner input and its expectations. An `expect` key this test does not
+    check is an error naming the file and the key (a typo would turn an expectation off),
+    and so is a scenario that expects nothing."""
     data = yaml.safe_load(path.read_text())
     data.pop("description")
-    return data, data.pop("expect") or {}
+    expect = data.pop("expect") or {}
+    if not isinstance(expect, dict):
+        raise ScenarioError(f"{path}: field expect, value {expect!r}: must be a mapping")
+    unknown = sorted(set(expect) - EXPECT_KEYS)
+    if unknown:
+        raise ScenarioError(
+            f"{path}: field expect, unknown key(s) {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(EXPECT_KEYS))})"
+        )
+    if not expect:
+        raise ScenarioError(f"{path}: field expect is empty: a scenario must expect something")
+    return data, expect
+
+
+def test_an_unknown_or_missing_expectation_is_refused_naming_the_file(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(
+        "description: d\nfleet: []\nworkloads: []\nexpect: {complete: true, max_gpu: 1}\n"
+    )
+    with pytest.raises(ScenarioError, match=r"typo.yaml: field expect, unknown key\(s\) max_gpu"):
+        _load(typo)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("description: d\nfleet: []\nworkloads: []\nexpect: {}\n")
+    with pytest.raises(ScenarioError, match=r"empty\.yaml: field expect is empty"):
+        _load(empty)
 
 
 def test_corpus_is_large_enough() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 
 import typer
+from rich.markup import escape
 from typer import _click
 from typer.core import TyperGroup
 
@@ -30,6 +31,32 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "why": ("kubegpu.cli.why", "why"),
 }
 
+# A module that only an optional extra installs -> that extra. The image carries no planner:
+# there `kubegpu plan` is listed but refuses to run, naming what to install.
+EXTRA_MODULES: dict[str, str] = {"highspy": "planner", "numpy": "planner"}
+
+
+def _needs_extra(cmd_name: str, extra: str, missing: str) -> typer.Typer:
+    """A stand-in for a command whose extra is not installed: listed in --help, and any
+    invocation (--help included) exits 1 saying what to install."""
+    message = (
+        f"Error: `kubegpu {cmd_name}` needs the optional dependencies of kubegpu[{extra}] "
+        f"(module {missing!r} is not installed): pip install 'kubegpu[{extra}]'"
+    )
+    stand_in = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+    @stand_in.command(
+        cmd_name,
+        help=escape(f"Not installed: needs kubegpu[{extra}]."),
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+    def refuse() -> None:
+        typer.echo(message, err=True)
+        raise typer.Exit(1)
+
+    return stand_in
+
 
 class _LazyGroup(TyperGroup):
     def list_commands(self, ctx: _click.Context) -> list[str]:
@@ -39,7 +66,15 @@ class _LazyGroup(TyperGroup):
         if cmd_name not in COMMANDS:
             return None
         module, attr = COMMANDS[cmd_name]
-        target = getattr(importlib.import_module(module), attr)
+        try:
+            loaded = importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            top = (error.name or "").partition(".")[0]
+            if top not in EXTRA_MODULES:
+                raise
+            target = _needs_extra(cmd_name, EXTRA_MODULES[top], top)
+        else:
+            target = getattr(loaded, attr)
         if not isinstance(target, typer.Typer):
             single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
             single.command(cmd_name)(target)

@@ -84,6 +84,13 @@ def mig_manager(
         envvar="POD_RESOURCES_SOCKET",
         help="The kubelet's pod-resources API, to see which pods hold GPUs ('' to not check).",
     ),
+    pod_resources_timeout: float = typer.Option(
+        300.0,
+        "--pod-resources-timeout",
+        envvar="POD_RESOURCES_TIMEOUT",
+        help="Seconds a change keeps asking a kubelet that does not answer which pods hold "
+        "GPUs (a loaded node answers late) before it fails.",
+    ),
     busy_gpus: str = typer.Option(
         "refuse",
         "--busy-gpus",
@@ -147,6 +154,7 @@ def mig_manager(
         unknown_config_wait_s=unknown_config_wait,
         poll_s=poll_interval,
         pod_resources_socket=Path(pod_resources_socket) if pod_resources_socket else None,
+        pod_resources_timeout_s=pod_resources_timeout,
         busy_gpus="proceed" if busy_gpus == "proceed" else "refuse",
         cdi_enabled=cdi_enabled,
         cdi_dir=cdi_dir,
@@ -156,6 +164,9 @@ def mig_manager(
         check_seconds(poll_interval, POLL, "--poll-interval")
         check_seconds(pods_timeout, WAIT, "--pods-timeout")
         check_seconds(reboot_timeout, WAIT, "--reboot-timeout")
+        check_seconds(
+            pod_resources_timeout, WAIT, "--pod-resources-timeout", "POD_RESOURCES_TIMEOUT"
+        )
         check_seconds(unknown_config_wait, WAIT, "--unknown-config-wait", "UNKNOWN_CONFIG_WAIT")
         if with_shutdown_host_gpu_clients or gpu_clients_file:
             log.warning(

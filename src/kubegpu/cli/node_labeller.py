@@ -21,6 +21,12 @@ def node_labeller(
     interval: float = typer.Option(
         60.0, "--interval", envvar="SLEEP_INTERVAL", help="Seconds between PCI bus reads."
     ),
+    os_release: Path | None = typer.Option(
+        None,
+        "--os-release",
+        envvar="OS_RELEASE_FILE",
+        help="The host's /etc/os-release (NFD's os-release labels; none when unset).",
+    ),
     oneshot: bool = typer.Option(False, "--oneshot", help="Label once and exit."),
     kubeconfig: Path | None = KUBECONFIG_PATH_OPTION,
 ) -> None:
@@ -35,7 +41,7 @@ def node_labeller(
         from kubegpu.node.api import api_client
 
         client = api_client("kubegpu-node-labeller", kubeconfig_text(kubeconfig))
-        labeller = NodeLabeller(client, node_name, sysfs, interval)
+        labeller = NodeLabeller(client, node_name, sysfs, interval, os_release)
         if oneshot:
 
             async def once() -> None:

@@ -7,6 +7,7 @@ written, with what is left and why).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Literal
@@ -15,11 +16,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kubegpu.cli.options import fail
+from kubegpu.cli.options import fail, read_kubeconfig
+from kubegpu.doctor.snapshot import Snapshot
 from kubegpu.plan import Plan, PlanInputError, load_input, make_plan, plan_json, render
 from kubegpu.plan.dra import DraPlan, DraPlanError, dra_json, dra_plan
 from kubegpu.plan.emit import render_dra
 from kubegpu.plan.rules import RULES
+from kubegpu.replan import from_snapshot as plan_snapshot
 from kubegpu.sharing import isolation
 
 EXIT_PARTIAL = 3
@@ -127,8 +130,24 @@ def _explain(plan: Plan) -> None:
 
 
 def plan(
-    files: list[Path] = typer.Option(
-        ..., "--file", "-f", help="Input file(s): fleet or buy, workloads, options (merged)."
+    files: list[Path] | None = typer.Option(
+        None, "--file", "-f", help="Input file(s): fleet or buy, workloads, options (merged)."
+    ),
+    from_snapshot: Path | None = typer.Option(
+        None,
+        "--from-snapshot",
+        help="Plan from a doctor snapshot: its nodes as they run now, its Pending GPU pods as the demand.",
+    ),
+    kubeconfig: Path | None = typer.Option(
+        None,
+        "--kubeconfig",
+        help="Like --from-snapshot, with a snapshot captured read-only from this cluster now.",
+    ),
+    allow_evictions: bool = typer.Option(
+        False,
+        "--allow-evictions",
+        help="With --from-snapshot: the runbook may delete running GPU pods (controller-owned) "
+        "to repartition their node, fewest first.",
     ),
     solver: str | None = typer.Option(
         None, "--solver", help="auto (default), exact or heuristic; overrides the file."
@@ -149,6 +168,12 @@ def plan(
         "--api",
         help="device-plugin (counted resources, ClusterPolicy) or dra (ResourceClaims, GPUCluster).",
     ),
+    mig_fallback: bool = typer.Option(
+        False,
+        "--mig-fallback",
+        help="--api dra: MIG claims prefer the planned profile and fall back to the next "
+        "larger one the layouts have (firstAvailable, Kubernetes 1.36+).",
+    ),
 ) -> None:
     """Plan which cards, sharing methods and MIG layouts serve a workload mix.
 
@@ -161,10 +186,24 @@ def plan(
         fail(f"--mig-strategy {mig_strategy!r}: use auto or mixed", code=2)
     if api not in ("device-plugin", "dra"):
         fail(f"--api {api!r}: use device-plugin or dra", code=2)
-    try:
-        inp = load_input([str(f) for f in files])
-    except PlanInputError as exc:
-        fail(str(exc))
+    if mig_fallback and api != "dra":
+        fail("--mig-fallback: only with --api dra (a prioritized list is a DRA request)", code=2)
+    sources = sum([bool(files), from_snapshot is not None, kubeconfig is not None])
+    if sources != 1:
+        fail("give exactly one of --file, --from-snapshot or --kubeconfig", code=2)
+    start = snap_plan = None
+    if allow_evictions and from_snapshot is None and kubeconfig is None:
+        fail("--allow-evictions is for --from-snapshot or --kubeconfig", code=2)
+    if from_snapshot is not None or kubeconfig is not None:
+        if api != "device-plugin":
+            fail("--from-snapshot plans device-plugin resources only (--api device-plugin)", code=2)
+        start, snap_plan = _snapshot_start(from_snapshot, kubeconfig, solver, allow_evictions)
+        inp = start.input
+    else:
+        try:
+            inp = load_input([str(f) for f in files or []])
+        except PlanInputError as exc:
+            fail(str(exc))
     updates: dict[str, object] = {}
     if allow_unconfirmed_mig:
         updates["allow_unconfirmed_mig"] = True
@@ -176,19 +215,23 @@ def plan(
         fail(f"--out {out}: is a file; give a directory (it is created if missing)")
     method: Literal["auto", "exact", "heuristic"] | None = solver  # type: ignore[assignment]
     try:
-        result = make_plan(inp, solver=method)
+        result = snap_plan if snap_plan is not None else make_plan(inp, solver=method)
     except ValueError as exc:
         fail(str(exc))
     dra: DraPlan | None = None
     if api == "dra":
         try:
             workloads = {w.name: w for w in inp.workloads}
-            dra = dra_plan(result, workloads)
-            written = render_dra(result, workloads)
+            dra = dra_plan(result, workloads, mig_fallback)
+            written = render_dra(result, workloads, mig_fallback)
         except DraPlanError as exc:
             fail(f"--api dra: the plan cannot be expressed through DRA: {exc}")
     else:
         written = render(result)
+    change = None
+    if start is not None:
+        change = plan_snapshot.change_of(start, result)
+        written = {**written, **plan_snapshot.files(start, result, change)}
     if out is not None:
         try:
             for rel, text in written.items():
@@ -242,6 +285,14 @@ def plan(
         else:
             proof = "plan not proven optimal"
         console.print(f"{gpus}{cost}; {proof} ({result.note})")
+        if change is not None and start is not None:
+            console.print(
+                f"change: {len(change.nodes)} nodes relabelled, {change.repartitioned} GPUs "
+                f"repartitioned, {sum(len(p) for p in start.evicted.values())} running pods "
+                "disrupted"
+            )
+            for line in start.not_planned:
+                console.print(f"[yellow]not planned[/yellow] {line}", soft_wrap=True)
         if out is not None:
             console.print(f"wrote {len(written)} files to {out}")
     if explain:
@@ -255,3 +306,32 @@ def plan(
                     f"{wp.name}: {wp.left} of {wp.replicas} replicas left over: {wp.left_reason}{hint}"
                 )
         fail("\n".join(lines), code=EXIT_PARTIAL)
+
+
+def _snapshot_start(
+    path: Path | None, kubeconfig: Path | None, solver: str | None, allow_evictions: bool
+) -> tuple[plan_snapshot.Start, Plan]:
+    """The planner's starting point from a snapshot file or a read-only capture."""
+    import httpx2
+    from lightkube.core.exceptions import ApiError, ConfigError
+
+    from kubegpu.doctor.snapshot import SnapshotError, load_snapshot
+
+    try:
+        snap = load_snapshot(path) if path is not None else asyncio.run(_capture(kubeconfig))
+    except SnapshotError as exc:
+        fail(str(exc))
+    except (ApiError, ConfigError, OSError, httpx2.HTTPError) as exc:
+        fail(f"cannot read the cluster: {exc}")
+    try:
+        return plan_snapshot.plan_from(
+            snap, solver=solver or "auto", allow_evictions=allow_evictions
+        )
+    except (plan_snapshot.SnapshotPlanError, ValueError) as exc:
+        fail(f"{path or 'the cluster'}: {exc}")
+
+
+async def _capture(kubeconfig: Path | None) -> Snapshot:
+    from kubegpu.doctor.capture import capture_config
+
+    return await capture_config(read_kubeconfig(kubeconfig))

@@ -60,6 +60,12 @@ def check(
     container_driver_root: Path = typer.Option(
         Path("/driver-root"), "--container-driver-root", envvar="DRIVER_ROOT_CTR_PATH"
     ),
+    host_root: Path = typer.Option(
+        Path("/host"),
+        "--host-root",
+        envvar="HOST_ROOT_MOUNT",
+        help="Where the host's root is mounted (a pre-installed driver is checked there).",
+    ),
     cdi_dir: list[Path] = typer.Option(
         list(DEFAULT_CDI_DIRS), "--cdi-dir", help="Where CDI specs are."
     ),
@@ -97,6 +103,7 @@ def check(
         mig_strategy=mig_strategy,
         driver_root=driver_root,
         container_driver_root=container_driver_root,
+        host_root=host_root,
         cdi_dirs=tuple(cdi_dir),
         image=image,
         image_pull_policy=image_pull_policy,

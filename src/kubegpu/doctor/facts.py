@@ -20,6 +20,7 @@ from kubegpu.mig.config import ConfigError, MigPartedConfig
 from kubegpu.mig.config import parse_config as parse_mig_config
 from kubegpu.node.overrides import OverrideError, config_overrides, flag_of
 from kubegpu.sharing.config import ENV_OVERRIDES, PluginConfig, SharingConfigError, parse_config
+from kubegpu.sharing.labels import MAX_VALUE as MAX_LABEL_VALUE
 from kubegpu.sharing.labels import sanitise
 
 _MIG_COUNT = re.compile(re.escape(nvidia.MIG_RESOURCE_PREFIX) + r".+\.count$")
@@ -31,23 +32,46 @@ def node_ref(node: NodeInfo | str) -> str:
 
 
 def gpu_model(node: NodeInfo) -> GpuModel | None:
-    """The catalog model whose sanitised product name starts `nvidia.com/gpu.product`
-    (which may carry `-MIG-...` or `-SHARED`); the longest match wins."""
-    return _model_of(node.labels.get(nvidia.GPU_PRODUCT, ""))
+    """The catalog model behind the node's `nvidia.com/gpu.product` (see `model_of_product`)."""
+    return model_of_product(node.labels.get(nvidia.GPU_PRODUCT, ""))
+
+
+PRODUCT_MIG_TAG = "-MIG-"  # single strategy: `<product>-MIG-<profile>` (or `-MIG-INVALID`)
+PRODUCT_SHARED_TAG = "-SHARED"  # replicated without a rename: `<product>[-MIG-...]-SHARED`
+
+
+def split_product(product: str) -> tuple[str, str]:
+    """`nvidia.com/gpu.product` as (model part, MIG profile or "")."""
+    base, _, profile = product.removesuffix(PRODUCT_SHARED_TAG).partition(PRODUCT_MIG_TAG)
+    return base, profile
 
 
 @functools.lru_cache(maxsize=256)
-def _model_of(product: str) -> GpuModel | None:
+def model_of_product(product: str) -> GpuModel | None:
+    """The catalog model GPU feature discovery named in `nvidia.com/gpu.product`.
+
+    The one reading of that label for doctor and what-if. Feature discovery writes
+    `<sanitised product name>[-MIG-<profile>][-SHARED]`, the name part shortened when the
+    whole value would pass 63 characters (`kubegpu.sharing.labels`). So: the tags are
+    taken off, the rest must be a model's sanitised product name exactly, or, only where
+    that name plus the tags is too long for a label, the start of exactly one model's name.
+    Anything else (another vendor's suffix, a name cut short for no reason, a cut that two
+    models share) names no model: a guess would judge the wrong GPU.
+    """
     if not product:
         return None
-    best: GpuModel | None = None
-    for model in all_models():
-        name = sanitise(model.product_name)
-        if (product == name or product.startswith(name + "-")) and (
-            best is None or len(name) > len(sanitise(best.product_name))
-        ):
-            best = model
-    return best
+    base, _ = split_product(product)
+    tail = len(product) - len(base)
+    names = [(m, sanitise(m.product_name)) for m in all_models()]
+    exact = [m for m, name in names if name == base]
+    if exact:
+        return exact[0]
+    cut = [
+        m
+        for m, name in names
+        if len(name) + tail > MAX_LABEL_VALUE and base and name.startswith(base)
+    ]
+    return cut[0] if len(cut) == 1 else None
 
 
 def driver(node: NodeInfo) -> str | None:
@@ -206,14 +230,17 @@ def mig_parted_config(text: str, source: str) -> tuple[MigPartedConfig | None, s
         return None, str(exc)
 
 
-def mig_parted_configmap(snapshot: Snapshot, node: NodeInfo) -> str:
+def mig_parted_configmap(snapshot: Snapshot, node: NodeInfo | str) -> str:
     """The ConfigMap the node's MIG manager takes its layouts from: the ClusterPolicy's
     `spec.migManager.config.name`; else the layouts it generated for the node's GPUs
-    (`<node>-mig-config`) once it has; else the chart's default set."""
+    (`<node>-mig-config`) once it has; else the chart's default set. The one answer for
+    doctor and what-if."""
     name = spec_at(snapshot.cluster_policy, "migManager", "config", "name")
     if isinstance(name, str) and name:
         return name
-    generated = node.name + nvidia.MIG_GENERATED_CONFIGMAP_SUFFIX
+    generated = (node if isinstance(node, str) else node.name) + (
+        nvidia.MIG_GENERATED_CONFIGMAP_SUFFIX
+    )
     if snapshot.config_map(generated) is not None:
         return generated
     return nvidia.MIG_PARTED_DEFAULT_CONFIGMAP

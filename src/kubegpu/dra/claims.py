@@ -11,7 +11,7 @@ feature gate is off — is a `ClaimError` before anything is changed on the node
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubegpu.catalog import nvidia
@@ -55,14 +55,21 @@ class AllocatedDevice:
     request: str
     device: DraDevice
     config: DeviceConfig
+    #: what this device's config puts into its own CDI entry (the time-slice interval)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def mps(self) -> bool:
+        """Its config shares it through MPS (it joins the claim's MPS daemon)."""
+        return self.config.sharing is not None and self.config.sharing.strategy == MPS
 
 
 @dataclass(frozen=True)
 class ClaimPlan:
     ref: ClaimRef
     devices: tuple[AllocatedDevice, ...]
-    env: Mapping[str, str]
-    mps: MpsResource | None = None
+    env: Mapping[str, str]  # claim-wide: every container of the claim sees it
+    mps: MpsResource | None = None  # one daemon for the devices whose config is MPS
 
 
 def check_claim(claim: Json, ref: ClaimRef) -> Json:
@@ -162,25 +169,21 @@ def plan_claim(
         devices.append(AllocatedDevice(request, device, config))
     _check_per_device_keys(devices, ref)
 
-    env = {ENV_CLAIM: str(ref)}
-    intervals: dict[str, str] = {}
+    # each config's effect stays on the devices it applies to: the MPS daemon serves only
+    # the MPS devices, the interval goes into the time-sliced devices' own CDI entries
     limits = []
+    scoped = []
     for d in devices:
         sharing = d.config.sharing
-        if sharing is None:
-            continue
-        if sharing.strategy == MPS:
+        if sharing is not None and sharing.strategy == MPS:
             limits.append(_mps_limit(d, sharing.mpsConfig))
-        elif sharing.strategy == TIME_SLICING and isinstance(d.config, GpuConfig):
-            # MIG devices take no interval: TimeSlicing is a no-op for them, as upstream
-            ts = d.config.sharing.timeSlicingConfig if d.config.sharing else None
-            intervals[d.device.uuid] = ts.interval if ts else "Default"
-    if intervals:
-        distinct = set(intervals.values())
-        env[ENV_TIMESLICE_INTERVAL] = (
-            distinct.pop()
-            if len(distinct) == 1
-            else ",".join(f"{u}={i}" for u, i in sorted(intervals.items()))
-        )
+        # TimeSlicing is a no-op on MIG devices, as upstream
+        gpu_sharing = d.config.sharing if isinstance(d.config, GpuConfig) else None
+        if gpu_sharing is not None and gpu_sharing.strategy == TIME_SLICING:
+            ts = gpu_sharing.timeSlicingConfig
+            interval = ts.interval if ts else "Default"
+            scoped.append(replace(d, env={ENV_TIMESLICE_INTERVAL: interval}))
+        else:
+            scoped.append(d)
     mps = MpsResource(f"claim {ref}", tuple(limits)) if limits else None
-    return ClaimPlan(ref, tuple(devices), env, mps)
+    return ClaimPlan(ref, tuple(scoped), {ENV_CLAIM: str(ref)}, mps)

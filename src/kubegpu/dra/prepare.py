@@ -229,20 +229,27 @@ class Preparer:
         created: list[tuple[int, int, int]] = []
         try:
             spec_devices, devices = self._create_migs(plan, devices, created)
-            env = dict(plan.env)
-            mounts = []
             if plan.mps is not None and mps_dir is not None:
                 pipe = mps_dir / "pipe"
                 for sub in (pipe, mps_dir / "log"):
                     sub.mkdir(parents=True, exist_ok=True)
                 self.mps.start(plan.mps, mps_dir)
-                env[nvidia.CUDA_MPS_PIPE_DIRECTORY] = str(pipe)
-                mounts.append(str(pipe))
+                # only the MPS devices' entries: a container given another device of the
+                # claim is no MPS client
+                spec_devices = [
+                    replace(
+                        sd,
+                        env={**sd.env, nvidia.CUDA_MPS_PIPE_DIRECTORY: str(pipe)},
+                        mounts=(*sd.mounts, str(pipe)),
+                    )
+                    if a.mps
+                    else sd
+                    for a, sd in zip(plan.devices, spec_devices, strict=True)
+                ]
             spec = claim_spec(
                 ref.uid,
                 spec_devices,
-                env=env,
-                mounts=mounts,
+                env=dict(plan.env),
                 control_devices=s.control_devices,
                 dev_root=s.dev_root,
             )
@@ -287,7 +294,7 @@ class Preparer:
                 uuid, gi, ci = self.mig.create(d.gpu_index, d.gi_profile_id, d.start)
                 created.append((d.gpu_index, d.gi_profile_id, d.start))
                 prepared = replace(p, uuid=uuid)
-            spec.append(SpecDevice(d.name, prepared.uuid, self._nodes(d, gi, ci)))
+            spec.append(SpecDevice(d.name, prepared.uuid, self._nodes(d, gi, ci), env=a.env))
             out.append(prepared)
         return spec, tuple(out)
 

@@ -4,7 +4,8 @@ Names, attributes and capacities follow NVIDIA's DRA driver (reference/dcgm-dra.
 sections 2.3 to 2.5): a whole GPU is `gpu-<minor>`, an existing MIG device
 `gpu-<parent minor>-mig-<profile without dots>-<GI profile id>-<placement start>`; a GPU with
 MIG enabled is published only through its MIG devices. No `index` or `minor` attribute:
-indexes are not stable, so nothing may select on them.
+indexes are not stable, so nothing may select on them. A MIG device carries its parent's
+GPU attributes (product, brand, architecture, versions, PCI addresses).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class DraGpu:
     mig_enabled: bool = False
     migs: tuple[DraMig, ...] = ()
     gi_profiles: tuple[GiProfile, ...] = ()  # read only for dynamic MIG
+    brand: str = ""  # NVML's brand as a name ("Nvidia", "GeForce"); from the name if empty
 
 
 @dataclass(frozen=True)
@@ -165,16 +167,56 @@ def mib(value: int) -> str:
     return f"{value}Mi"
 
 
+#: NVML brand names (go-nvlib's spelling) by the word a product name starts with after
+#: "NVIDIA"; anything else is brand NVIDIA ("Nvidia"), as for every current datacenter GPU.
+_BRAND_BY_WORD = (
+    ("GeForce RTX", "GeForceRTX"),
+    ("GeForce", "GeForce"),
+    ("TITAN RTX", "TitanRTX"),
+    ("TITAN", "Titan"),
+    ("Quadro RTX", "QuadroRTX"),
+    ("Quadro", "Quadro"),
+    ("Tesla", "Tesla"),
+    ("RTX", "NvidiaRTX"),
+)
+
+
+def brand_of(product_name: str) -> str:
+    """The NVML brand of a product name, for a backend that reports none:
+    `NVIDIA GeForce RTX 4090` -> `GeForceRTX`, `NVIDIA RTX 6000 Ada Generation` ->
+    `NvidiaRTX`, `NVIDIA H200 NVL` -> `Nvidia`."""
+    name = product_name.strip()
+    name = name[len("NVIDIA") :].strip() if name.upper().startswith("NVIDIA") else name
+    for word, brand in _BRAND_BY_WORD:
+        if name.upper().startswith(word.upper()):
+            return brand
+    return "Nvidia"
+
+
+def pci_bus_id(nvml_bus_id: str) -> str:
+    """NVML's `00000000:18:00.0` as upstream publishes it: `0000:18:00.0`, lower case
+    (the sysfs form, which the standard `pciBusID` attribute uses)."""
+    value = nvml_bus_id.strip().lower()
+    domain, sep, rest = value.partition(":")
+    if sep and len(domain) == 8 and domain.startswith("0000"):
+        return f"{domain[4:]}:{rest}"
+    return value
+
+
 def common_attributes(node: NodeGpus, gpu: DraGpu) -> list[tuple[str, Json]]:
+    """The GPU's attributes that its MIG devices carry too."""
     out = [
         ("productName", _string(gpu.product_name)),
+        ("brand", _string(gpu.brand or brand_of(gpu.product_name))),
         ("cudaComputeCapability", _version("{}.{}".format(*gpu.compute_capability))),
         ("driverVersion", _version(node.driver_version)),
         ("cudaDriverVersion", _version("{}.{}".format(*node.cuda_driver_version))),
-        (PCI_BUS_ID, _string(gpu.pci_bus_id)),
+        (PCI_BUS_ID, _string(pci_bus_id(gpu.pci_bus_id))),
     ]
     if gpu.architecture:
-        out.insert(1, ("architecture", _string(gpu.architecture)))
+        out.insert(2, ("architecture", _string(gpu.architecture)))
+    # upstream's conditional `addressingMode` (coherent-memory systems) and `pcieRoot`
+    # (from sysfs) are not published: kubegpu's NVML facade reads neither (docs/dra.md)
     return out
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import platform
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +29,15 @@ log = logging.getLogger(__name__)
 
 NVIDIA_VENDOR = 0x10DE
 NFD_PREFIX = "feature.node.kubernetes.io/"
+OS_ID = f"{NFD_PREFIX}system-os_release.ID"
+OS_VERSION_ID = f"{NFD_PREFIX}system-os_release.VERSION_ID"
+KERNEL_VERSION = f"{NFD_PREFIX}kernel-version.full"
 MANAGED = (
     f"{NFD_PREFIX}pci-10de.present",
     f"{NFD_PREFIX}pci-0300_10de.present",
     f"{NFD_PREFIX}pci-0302_10de.present",
 )
+OS_MANAGED = (OS_ID, OS_VERSION_ID, KERNEL_VERSION)  # only when given an os-release file
 
 
 @dataclass(frozen=True)
@@ -73,10 +79,49 @@ def gpu_labels(devices: list[PciDevice]) -> dict[str, str]:
     return labels
 
 
-def label_patch(current: Mapping[str, str], wanted: Mapping[str, str]) -> dict[str, str | None]:
-    """The merge patch from the node's labels to `wanted`, touching only MANAGED labels."""
+def os_labels(os_release: str, kernel: str) -> dict[str, str]:
+    """NFD's system and kernel labels from an os-release file's text and the kernel
+    release (values that are not valid label values are left out)."""
+    fields: dict[str, str] = {}
+    for line in os_release.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key and not key.startswith("#"):
+            try:
+                parts = shlex.split(value)
+            except ValueError:
+                continue
+            fields[key] = parts[0] if parts else ""
+    labels = {OS_ID: fields.get("ID", ""), OS_VERSION_ID: fields.get("VERSION_ID", "")}
+    labels[KERNEL_VERSION] = kernel
+    return {k: v for k, v in labels.items() if _label_value(v)}
+
+
+def _label_value(value: str) -> bool:
+    return (
+        0 < len(value) <= 63
+        and value[0].isalnum()
+        and value[-1].isalnum()
+        and all(c.isalnum() or c in "-_." for c in value)
+    )
+
+
+def read_os_labels(os_release: Path | None) -> dict[str, str]:
+    """os_labels of the host's os-release file (none when there is no such file)."""
+    if os_release is None:
+        return {}
+    try:
+        text = os_release.read_text()
+    except OSError:
+        return {}
+    return os_labels(text, platform.release())
+
+
+def label_patch(
+    current: Mapping[str, str], wanted: Mapping[str, str], managed: tuple[str, ...] = MANAGED
+) -> dict[str, str | None]:
+    """The merge patch from the node's labels to `wanted`, touching only `managed` labels."""
     patch: dict[str, str | None] = {k: v for k, v in wanted.items() if current.get(k) != v}
-    patch |= {k: None for k in MANAGED if k in current and k not in wanted}
+    patch |= {k: None for k in managed if k in current and k not in wanted}
     return patch
 
 
@@ -84,9 +129,15 @@ class NodeLabeller:
     """Keeps this node's PCI labels current: once at start, then every `interval_s`."""
 
     def __init__(
-        self, client: AsyncClient, node_name: str, sysfs: Path, interval_s: float = 60.0
+        self,
+        client: AsyncClient,
+        node_name: str,
+        sysfs: Path,
+        interval_s: float = 60.0,
+        os_release: Path | None = None,
     ) -> None:
         self.client = client
+        self.os_release = os_release
         self.node_name = node_name
         self.sysfs = sysfs
         self.interval_s = interval_s
@@ -97,8 +148,11 @@ class NodeLabeller:
 
     async def once(self) -> dict[str, str | None]:
         wanted = gpu_labels(await asyncio.to_thread(read_pci, self.sysfs))
+        if wanted:  # the OS labels matter only on a GPU node (the driver image's suffix)
+            wanted |= await asyncio.to_thread(read_os_labels, self.os_release)
         node = await self.client.get(Node, self.node_name)
-        patch = label_patch(labels_of(node), wanted)
+        managed = MANAGED + (OS_MANAGED if self.os_release is not None else ())
+        patch = label_patch(labels_of(node), wanted, managed)
         if patch:
             await patch_node_metadata(self.client, self.node_name, labels=patch)
             log.info("node %s: PCI labels %s", self.node_name, patch)

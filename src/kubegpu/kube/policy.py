@@ -504,6 +504,12 @@ class DraControllerSpec(_Model):
 
 class DraGpusSpec(_Model):
     kubeletPlugin: DraKubeletPluginSpec | None = None
+    extendedResourceName: Literal["nvidia.com/gpu", ""] | None = Field(
+        None,
+        description="nvidia.com/gpu: the gpu.nvidia.com DeviceClass serves pods that ask "
+        "for nvidia.com/gpu (DRA extended resources, Kubernetes 1.36+); empty or unset: off "
+        "(the default). Only on nodes no device plugin serves.",
+    )
 
 
 class DraComputeDomainsSpec(_Model):
@@ -523,6 +529,9 @@ class DraDriverSpec(ImageSpec):
 
 
 class GPUClusterHostPathsSpec(_Model):
+    rootFS: str | None = Field(
+        None, description="The host's root filesystem (chroot-able); NVIDIA's sample sets it."
+    )
     driverInstallDir: str | None = Field(None, description="Where the driver's files are.")
     kubeletRootDir: str | None = Field(None, description="kubelet's root directory.")
 

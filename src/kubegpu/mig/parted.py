@@ -1,4 +1,9 @@
-"""mig-parted's node operations over the `nvml` seam: apply, assert, export, generate.
+"""mig-parted's node operations over the `nvml` seam: plan, apply, assert, export, generate.
+
+A named config is planned against the node's GPUs once (`plan_config` -> `ConfigPlan`,
+one NVML read of the GPUs and driver); `apply_plan` and `assert_plan` take that plan, so a
+caller that carries it through a change plans once. `apply_config` and `assert_config`
+plan and act in one call (the `mig` CLI).
 
 `apply` holds the node's MIG lock (`kubegpu.mig.lock`) for the whole change, checks the
 whole node before it touches a GPU, refuses GPUs whose instances are in use, creates
@@ -12,15 +17,16 @@ behind: a GPU instance without its compute instance is no MIG device, but `show`
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kubegpu.catalog import GpuInstanceProfile, GpuModel, find_by_pci_id, get_model
 from kubegpu.mig.config import ConfigError, MigConfigEntry, MigPartedConfig
 from kubegpu.mig.geometry import fits, place
 from kubegpu.mig.lock import MigLock, MigLockError
-from kubegpu.mig.targets import GpuTarget, NodeGpu, NodePlan, plan_coverage, plan_node
+from kubegpu.mig.targets import GpuTarget, NodeGpu, plan_coverage
 from kubegpu.nvml import Activation, Nvml, NvmlError, errors
 
 Report = Callable[[str], None]
@@ -111,36 +117,70 @@ def describe_node(nvml: Nvml) -> str:
         return f"GPU state unavailable: {exc}"
 
 
-def _node_gpus(nvml: Nvml) -> list[NodeGpu]:
+def read_gpus(nvml: Nvml) -> tuple[list[NodeGpu], str]:
+    """What planning reads from NVML: every GPU's index, PCI id and catalog model, and the
+    driver version. One read per plan."""
     gpus = []
     for dev in nvml.devices():
         model = get_model(dev.model_id) if dev.model_id else find_by_pci_id(dev.pci_device_id)
         gpus.append(NodeGpu(dev.index, dev.pci_device_id, model))
-    return gpus
+    return gpus, nvml.system().driver_version
 
 
-def plan_for_node(nvml: Nvml, config: str, entries: Sequence[MigConfigEntry]) -> list[GpuTarget]:
+@dataclass(frozen=True)
+class ConfigPlan:
+    """One named mig-parted config planned for one node's GPUs, read from NVML once.
+
+    What a change carries from step to step (validate, assert, the GPUs that change, the
+    reboot pass, apply, assert again) instead of planning again at each. `uncovered` GPUs
+    make the plan unusable for apply (`covered()`), but `assert` reports them.
+    """
+
+    config_name: str
+    entries: tuple[MigConfigEntry, ...]
+    targets: tuple[GpuTarget, ...]
+    uncovered: Mapping[int, str]
+
+    def covered(self) -> tuple[GpuTarget, ...]:
+        """Every GPU's target; ConfigError when the config leaves a GPU uncovered."""
+        if self.uncovered:
+            raise ConfigError("\n".join(self.uncovered.values()))
+        return self.targets
+
+    def changing(self, states: Sequence[GpuMigState]) -> list[int]:
+        """The GPUs whose state does not match their target (what applying would change)."""
+        by_index = {s.index: s for s in states}
+        return [t.index for t in self.targets if not config_matches(by_index.get(t.index), t)]
+
+
+def plan_config(nvml: Nvml, config_name: str, entries: Sequence[MigConfigEntry]) -> ConfigPlan:
+    """Plan `config_name` for the node's GPUs; ConfigError for a bad entry (uncovered GPUs
+    are recorded in the plan, not raised)."""
+    gpus, driver = read_gpus(nvml)
+    plan = plan_coverage(config_name, entries, gpus, driver)
+    return ConfigPlan(config_name, tuple(entries), tuple(plan.targets), dict(plan.uncovered))
+
+
+def plan_for_node(
+    nvml: Nvml, config_name: str, entries: Sequence[MigConfigEntry]
+) -> list[GpuTarget]:
     """Every GPU's target; ConfigError for a bad entry or a GPU the config leaves uncovered."""
-    return plan_node(config, entries, _node_gpus(nvml), nvml.system().driver_version)
-
-
-def coverage_for_node(nvml: Nvml, config: str, entries: Sequence[MigConfigEntry]) -> NodePlan:
-    return plan_coverage(config, entries, _node_gpus(nvml), nvml.system().driver_version)
+    return list(plan_config(nvml, config_name, entries).covered())
 
 
 # -- assert -----------------------------------------------------------------------------------
 
 
-def mode_matches(state: GpuMigState, target: GpuTarget | None) -> bool:
-    if target is None:
+def mode_matches(state: GpuMigState | None, target: GpuTarget | None) -> bool:
+    if target is None or state is None:
         return False
     if not state.mig_capable:
         return not target.mig_enabled
     return state.enabled == target.mig_enabled and state.pending == target.mig_enabled
 
 
-def config_matches(state: GpuMigState, target: GpuTarget | None) -> bool:
-    if not mode_matches(state, target) or target is None:
+def config_matches(state: GpuMigState | None, target: GpuTarget | None) -> bool:
+    if state is None or target is None or not mode_matches(state, target):
         return False
     if not state.mig_capable or not target.mig_enabled:
         return True
@@ -148,16 +188,22 @@ def config_matches(state: GpuMigState, target: GpuTarget | None) -> bool:
 
 
 def assert_config(
-    nvml: Nvml, config: str, entries: Sequence[MigConfigEntry], *, mode_only: bool = False
+    nvml: Nvml, config_name: str, entries: Sequence[MigConfigEntry], *, mode_only: bool = False
 ) -> list[str]:
     """Mismatches between the node and the config (empty: applied). Every GPU must be covered."""
-    plan = coverage_for_node(nvml, config, entries)
+    return assert_plan(nvml, plan_config(nvml, config_name, entries), mode_only=mode_only)
+
+
+def assert_plan(nvml: Nvml, plan: ConfigPlan, *, mode_only: bool = False) -> list[str]:
+    """Mismatches between the node's GPUs as they are now and a plan (empty: applied)."""
     targets = {t.index: t for t in plan.targets}
     problems = []
     for state in read_node(nvml):
         target = targets.get(state.index)
         if state.index in plan.uncovered:
-            problems.append(f"GPU {state.index}: not selected by any entry of config {config!r}")
+            problems.append(
+                f"GPU {state.index}: not selected by any entry of config {plan.config_name!r}"
+            )
             continue
         if target is None:
             continue  # selected, but left alone: a GPU without MIG under `devices: all`
@@ -239,7 +285,7 @@ def _restore(nvml: Nvml, snap: _Snapshot) -> None:
 
 def apply_config(
     nvml: Nvml,
-    config: str,
+    config_name: str,
     entries: Sequence[MigConfigEntry],
     *,
     mode_only: bool = False,
@@ -249,30 +295,53 @@ def apply_config(
 ) -> ApplyResult:
     """Make the node match the config. Raises ConfigError (nothing touched) or ApplyError.
 
-    The whole change, from reading the node to the last instance, happens under the node's
-    MIG lock: `lock` when the caller already holds it (or wants a component named in it),
-    else one taken for this call.
+    The whole change, from planning against the node to the last instance, happens under
+    the node's MIG lock: `lock` when the caller already holds it (or wants a component
+    named in it), else one taken for this call.
     """
+    with _locked(nvml, lock) as held:
+        plan = plan_config(nvml, config_name, entries)
+        return apply_plan(
+            nvml, plan, mode_only=mode_only, skip_reset=skip_reset, report=report, lock=held
+        )
+
+
+@contextlib.contextmanager
+def _locked(nvml: Nvml, lock: MigLock | None) -> Iterator[MigLock]:
     try:
         held = lock or MigLock.for_node(nvml, DEFAULT_WRITER)
         held.acquire()
     except MigLockError as exc:
         raise ApplyError(f"{exc}; nothing was changed") from None
     try:
-        return _apply_locked(nvml, config, entries, mode_only, skip_reset, report)
+        yield held
     finally:
         held.release()
 
 
+def apply_plan(
+    nvml: Nvml,
+    plan: ConfigPlan,
+    *,
+    lock: MigLock,
+    mode_only: bool = False,
+    skip_reset: bool = False,
+    report: Report = _quiet,
+) -> ApplyResult:
+    """Make the node match a plan made while holding `lock` (the node's MIG lock, taken
+    again here: it counts its holds). ConfigError (nothing touched) or ApplyError."""
+    with _locked(nvml, lock):
+        return _apply_locked(nvml, plan, mode_only, skip_reset, report)
+
+
 def _apply_locked(
     nvml: Nvml,
-    config: str,
-    entries: Sequence[MigConfigEntry],
+    plan: ConfigPlan,
     mode_only: bool,
     skip_reset: bool,
     report: Report,
 ) -> ApplyResult:
-    targets = plan_for_node(nvml, config, entries)
+    targets = plan.covered()
     states = {s.index: s for s in read_node(nvml)}
     todo = [
         t
@@ -282,7 +351,7 @@ def _apply_locked(
     result = ApplyResult()
     if not todo:
         result.already_applied = True
-        report(f"config {config!r} is already applied")
+        report(f"config {plan.config_name!r} is already applied")
         return result
     busy = []
     for t in todo:
@@ -311,7 +380,7 @@ def _apply_locked(
     except NvmlError as exc:
         rolled = _roll_back(nvml, snapshots)
         raise ApplyError(
-            f"applying config {config!r} failed: {exc}; {rolled}", describe_node(nvml)
+            f"applying config {plan.config_name!r} failed: {exc}; {rolled}", describe_node(nvml)
         ) from None
     result.changed = sorted(set(result.changed))
     return result

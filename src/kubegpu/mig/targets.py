@@ -79,8 +79,8 @@ class NodeGpu:
     model: GpuModel | None
 
 
-def _where(config: str, entry: int) -> str:
-    return f"config {config!r}, entry {entry}"
+def _where(config_name: str, entry: int) -> str:
+    return f"config {config_name!r}, entry {entry}"
 
 
 def plan_devices(
@@ -160,7 +160,7 @@ def _why_not_selected(entry: MigConfigEntry, gpu: NodeGpu) -> str:
 
 
 def _uncovered(
-    config: str, entries: Sequence[MigConfigEntry], gpus: Sequence[NodeGpu], selected: set[int]
+    config_name: str, entries: Sequence[MigConfigEntry], gpus: Sequence[NodeGpu], selected: set[int]
 ) -> dict[int, str]:
     left_alone = any(e.devices == "all" for e in entries)
     out = {}
@@ -176,14 +176,14 @@ def _uncovered(
             reasons[_REASONS_SHOWN:] = [f"{more} more entries miss it too"]
         why = "; ".join(reasons)
         out[gpu.index] = (
-            f"GPU {gpu.index} ({name}) is selected by no entry of config {config!r} ({why}); "
+            f"GPU {gpu.index} ({name}) is selected by no entry of config {config_name!r} ({why}); "
             "a config must cover every GPU of the node"
         )
     return out
 
 
 def plan_coverage(
-    config: str,
+    config_name: str,
     entries: Sequence[MigConfigEntry],
     gpus: Sequence[NodeGpu],
     driver: str | None = None,
@@ -195,7 +195,7 @@ def plan_coverage(
     selected: set[int] = set()
     targets: dict[int, GpuTarget] = {}
     for i, entry in enumerate(entries):
-        where = _where(config, i)
+        where = _where(config_name, i)
         if entry.devices != "all":
             if not entry.devices:
                 errors.append(
@@ -242,19 +242,19 @@ def plan_coverage(
     if errors:
         raise ConfigError("\n".join(dict.fromkeys(errors)))
     return NodePlan(
-        [targets[k] for k in sorted(targets)], _uncovered(config, entries, gpus, selected)
+        [targets[k] for k in sorted(targets)], _uncovered(config_name, entries, gpus, selected)
     )
 
 
 def plan_node(
-    config: str,
+    config_name: str,
     entries: Sequence[MigConfigEntry],
     gpus: Sequence[NodeGpu],
     driver: str | None = None,
 ) -> list[GpuTarget]:
     """Every selected GPU's target; ConfigError when an entry is bad or a GPU is left
     uncovered. (GPUs a `devices: all` entry skips for lack of MIG get no target.)"""
-    plan = plan_coverage(config, entries, gpus, driver)
+    plan = plan_coverage(config_name, entries, gpus, driver)
     if plan.uncovered:
         raise ConfigError("\n".join(plan.uncovered.values()))
     return plan.targets
@@ -277,7 +277,7 @@ def parse_model_count(text: str) -> tuple[GpuModel, int | None]:
 
 
 def check_against_model(
-    config: str, entries: Sequence[MigConfigEntry], model: GpuModel, count: int | None = None
+    config_name: str, entries: Sequence[MigConfigEntry], model: GpuModel, count: int | None = None
 ) -> list[GpuTarget]:
     """Check a config for a node of `count` GPUs of `model`, exactly as `apply` and
     `assert` would judge it on such a node.
@@ -288,23 +288,23 @@ def check_against_model(
     """
     if count is not None and not 1 <= count <= MAX_NODE_GPUS:
         raise ConfigError(
-            f"config {config!r}: a node of {count} GPUs; the count must be 1 to {MAX_NODE_GPUS}"
+            f"config {config_name!r}: a node of {count} GPUs; the count must be 1 to {MAX_NODE_GPUS}"
         )
     if count is not None:
         gpus = [NodeGpu(i, model.pci_device_id, model) for i in range(count)]
-        return plan_node(config, entries, gpus)
+        return plan_node(config_name, entries, gpus)
     named = [i for e in entries if e.devices != "all" for i in e.devices]
     count = min(MAX_NODE_GPUS, max([1, *(i + 1 for i in named)]))
     gpus = [NodeGpu(i, model.pci_device_id, model) for i in range(count)]
-    return plan_coverage(config, entries, gpus).targets
+    return plan_coverage(config_name, entries, gpus).targets
 
 
-def check_against_catalog(config: str, entries: Sequence[MigConfigEntry]) -> None:
+def check_against_catalog(config_name: str, entries: Sequence[MigConfigEntry]) -> None:
     """Without a node or model: each MIG entry must suit every catalog model its filter names
     (PCI ids the catalog does not know are not checked), or some model when unfiltered."""
     errors: list[str] = []
     for i, entry in enumerate(entries):
-        where = _where(config, i)
+        where = _where(config_name, i)
         if entry.devices == ():
             errors.append(
                 f"{where}, field devices, value []: selects no GPU (list GPU indexes or use 'all')"

@@ -5,10 +5,13 @@ reconfigures:
 
 1. the named layout must exist and fit this node's GPUs, else `failed` and nothing touched;
    a name the layouts lack is first waited for (`pending`, `unknown_config_wait_s`): the
-   operator may be moving this manager onto a new ConfigMap that has it;
+   operator may be moving this manager onto a new ConfigMap that has it. The layout is
+   planned against the GPUs here, once (`mig.parted.ConfigPlan`), and that plan is carried
+   through the steps below; it is planned once more under the node's MIG lock;
 2. already applied: `success` with no disruption;
 3. a GPU that must change but on which a workload pod holds a device is refused (unless
-   configured to proceed), before any operand is disturbed;
+   configured to proceed), before any operand is disturbed (`mig.holders`; a kubelet that
+   answers late is asked again until `pod_resources_timeout_s`);
 4. `pending`: the GPU operands are paused through their `nvidia.com/gpu.deploy.*` labels
    (the values before are kept in an annotation, in the same patch) and their pods must go;
 5. the layout is applied through the nvml seam; when a MIG mode change needs a reset and a
@@ -49,16 +52,17 @@ from kubegpu.kube.labels import (
 )
 from kubegpu.kube.nodes import watch_node
 from kubegpu.kube.podresources import HeldDevice, PodResourcesError, list_held_devices
-from kubegpu.mig.config import ConfigError, MigConfigEntry, MigPartedConfig
+from kubegpu.mig.config import ConfigError, MigPartedConfig
+from kubegpu.mig.holders import busy_gpus, gpu_of_device, held_gpus
 from kubegpu.mig.lock import MigLock, MigLockError
 from kubegpu.mig.parted import (
     ApplyError,
     ApplyResult,
-    apply_config,
-    assert_config,
-    config_matches,
+    ConfigPlan,
+    apply_plan,
+    assert_plan,
     describe_node,
-    plan_for_node,
+    plan_config,
     read_node,
 )
 from kubegpu.mig_manager import cdi
@@ -265,57 +269,62 @@ class MigManager:
                 self._wake.set()
 
     # -- one reconfiguration -----------------------------------------------------------------
-    async def reconcile(self, name: str) -> Outcome:
+    async def reconcile(self, config_name: str) -> Outcome:
+        """One change to the config the label names. The config is planned against the
+        node once here and that plan is carried through every step; it is planned once
+        more under the node's MIG lock, where the GPUs cannot change underneath."""
         started = time.monotonic()
-        log.info("node %s: reconfiguring MIG to %r", self.node_name, name)
+        log.info("node %s: reconfiguring MIG to %r", self.node_name, config_name)
         node = await self.client.get(Node, self.node_name)
         labels = labels_of(node)
         previous_state = labels.get(MIG_STATE_LABEL, "")
         paused = self._recorded_pause(node)
         try:
             try:
-                entries = await self._validate(name)
+                plan = await self._validate(config_name)
             except Superseded as exc:
-                log.info("node %s: %r no longer wanted: %s", self.node_name, name, exc)
+                log.info("node %s: %r no longer wanted: %s", self.node_name, config_name, exc)
                 return Outcome(State.PENDING, str(exc))
             await self._step("validated")
-            problems = await asyncio.to_thread(assert_config, self.nvml, name, entries)
-            if not problems:
+            states = await asyncio.to_thread(read_node, self.nvml)
+            changing = plan.changing(states)
+            if not changing:
                 await self._write_cdi()
-                return await self._succeed(name, paused, started, "was already applied")
+                return await self._succeed(config_name, paused, started, "was already applied")
             if previous_state == State.REBOOTING.value:
-                mode = await asyncio.to_thread(
-                    assert_config, self.nvml, name, entries, mode_only=True
-                )
+                mode = await asyncio.to_thread(assert_plan, self.nvml, plan, mode_only=True)
                 if mode:
                     raise Failed(
                         "the MIG mode change did not take effect after rebooting: "
                         + "; ".join(mode)
                     )
-            changing = await asyncio.to_thread(self._changing, name, entries)
             await self._check_busy(changing)
         except (Failed, ConfigError) as exc:
-            return await self._fail(name, str(exc), paused, started)
+            return await self._fail(config_name, str(exc), paused, started)
         except _CHECK_ERRORS as exc:
-            return await self._fail(name, f"cannot check the node: {exc}", paused, started)
+            return await self._fail(config_name, f"cannot check the node: {exc}", paused, started)
         # from here on, operands are paused: every way out restores them
         locked = False
         try:
-            paused = await self._pause(name, node, paused)
+            paused = await self._pause(config_name, node, paused)
             await self._step("paused")
             await self._wait_operands_gone(set(paused))
             await self._step("operands-gone")
             await self._take_lock()
             locked = True
             await self._check_busy(changing)
-            if self.settings.with_reboot and await self._mode_needs_reboot(name, entries):
+            # the one plan again: under the lock, against the GPUs as they are now
+            plan = await asyncio.to_thread(plan_config, self.nvml, config_name, plan.entries)
+            if self.settings.with_reboot and await self._mode_needs_reboot(plan):
                 await self._step("rebooting")
                 await self._patch(labels={MIG_STATE_LABEL: State.REBOOTING.value})
                 await node_event(
                     self.client,
                     node,
                     reason="MigConfigRebooting",
-                    message=f"rebooting the node to change the MIG mode for config {name!r}",
+                    message=(
+                        f"rebooting the node to change the MIG mode for config {config_name!r}"
+                    ),
                     component=COMPONENT,
                 )
                 try:
@@ -327,7 +336,7 @@ class MigManager:
                 except Failed:
                     await asyncio.to_thread(self._revert_pending_modes)
                     raise
-            result = await asyncio.to_thread(self._apply, name, entries)
+            result = await asyncio.to_thread(self._apply, plan)
             await self._step("applied")
             if result.reset_required:
                 await asyncio.to_thread(self._revert_pending_modes)
@@ -336,7 +345,7 @@ class MigManager:
                     f"GPUs {gpus} need a GPU reset or a node reboot for the MIG mode change "
                     "(set WITH_REBOOT=true to let the MIG manager reboot the node)"
                 )
-            left = await asyncio.to_thread(assert_config, self.nvml, name, entries)
+            left = await asyncio.to_thread(assert_plan, self.nvml, plan)
             if left:
                 raise Failed("the config is not in place after applying it: " + "; ".join(left))
             await self._write_cdi()
@@ -344,30 +353,35 @@ class MigManager:
         except asyncio.CancelledError:
             if (await self._current_state()) != State.REBOOTING.value:
                 await asyncio.shield(
-                    self._fail(name, "the MIG manager was stopped mid-change", paused, started)
+                    self._fail(
+                        config_name, "the MIG manager was stopped mid-change", paused, started
+                    )
                 )
             raise
         except (Failed, ConfigError, ApplyError, MigLockError) as exc:
-            return await self._fail(name, str(exc), paused, started)
+            return await self._fail(config_name, str(exc), paused, started)
         except _APPLY_ERRORS as exc:
-            return await self._fail(name, f"{type(exc).__name__}: {exc}", paused, started)
+            return await self._fail(config_name, f"{type(exc).__name__}: {exc}", paused, started)
         except Exception as exc:  # a bug must not leave the operands paused either
             log.exception("node %s: unexpected error", self.node_name)
-            return await self._fail(name, f"unexpected error: {exc!r}", paused, started)
+            return await self._fail(config_name, f"unexpected error: {exc!r}", paused, started)
         finally:
             if locked:
                 self.mig_lock.release()
-        return await self._succeed(name, paused, started, "applied", changing)
+        return await self._succeed(config_name, paused, started, "applied", changing)
 
-    async def _validate(self, name: str) -> tuple[MigConfigEntry, ...]:
-        config = await self.layouts.load()
-        if name not in config.mig_configs and self.settings.unknown_config_wait_s > 0:
-            config = await self._wait_for_config_name(name)
-        _, entries = config.select(name, self.layouts.source)
-        await asyncio.to_thread(plan_for_node, self.nvml, name, entries)
-        return entries
+    async def _validate(self, config_name: str) -> ConfigPlan:
+        """The layouts' entries for `config_name`, planned against this node's GPUs (every
+        GPU covered, every entry possible); ConfigError or Failed says why not."""
+        layouts = await self.layouts.load()
+        if config_name not in layouts.mig_configs and self.settings.unknown_config_wait_s > 0:
+            layouts = await self._wait_for_config_name(config_name)
+        _, entries = layouts.select(config_name, self.layouts.source)
+        plan = await asyncio.to_thread(plan_config, self.nvml, config_name, entries)
+        plan.covered()
+        return plan
 
-    async def _wait_for_config_name(self, name: str) -> MigPartedConfig:
+    async def _wait_for_config_name(self, config_name: str) -> MigPartedConfig:
         """The label names a config the layouts lack: while the ConfigMap is being switched
         (the operator rolls this pod onto the new one) that is a wait, state `pending`, not
         a failure. After `unknown_config_wait_s` the caller's select() fails with the names
@@ -379,46 +393,43 @@ class MigManager:
             self.node_name,
             reason="MigConfigWaiting",
             message=(
-                f"MIG config {name!r} is not in {self.layouts.source} (yet); waiting up to "
-                f"{wait_s:.0f}s for it, e.g. while the MIG manager moves to a new ConfigMap"
+                f"MIG config {config_name!r} is not in {self.layouts.source} (yet); waiting "
+                f"up to {wait_s:.0f}s for it, e.g. while the MIG manager moves to a new "
+                "ConfigMap"
             ),
             component=COMPONENT,
         )
-        log.info("node %s: config %r not in %s; waiting", self.node_name, name, self.layouts.source)
+        log.info(
+            "node %s: config %r not in %s; waiting",
+            self.node_name,
+            config_name,
+            self.layouts.source,
+        )
         deadline = time.monotonic() + wait_s
         while True:
             await asyncio.sleep(min(self.settings.poll_s * 5, wait_s))
-            if self._desired != name:
+            if self._desired != config_name:
                 raise Superseded(f"the label now asks for {self._desired!r}")
             over = time.monotonic() >= deadline
             try:
-                config = await self.layouts.load()
+                layouts = await self.layouts.load()
             except ConfigError:
                 if over:  # the source itself is broken: that is the failure to report
                     raise
                 continue
-            if name in config.mig_configs:
-                return config
+            if config_name in layouts.mig_configs:
+                return layouts
             if over:
-                known = ", ".join(sorted(config.mig_configs))
+                known = ", ".join(sorted(layouts.mig_configs))
                 raise Failed(
-                    f"unknown config name {name!r}: not in {self.layouts.source} after "
+                    f"unknown config name {config_name!r}: not in {self.layouts.source} after "
                     f"waiting {wait_s:.0f}s (known: {known})"
                 )
 
-    def _changing(self, name: str, entries: tuple[MigConfigEntry, ...]) -> list[int]:
-        states = {s.index: s for s in read_node(self.nvml)}
-        return [
-            t.index
-            for t in plan_for_node(self.nvml, name, entries)
-            if not config_matches(states[t.index], t)
-        ]
-
-    def _apply(self, name: str, entries: tuple[MigConfigEntry, ...]) -> ApplyResult:
-        return apply_config(
+    def _apply(self, plan: ConfigPlan) -> ApplyResult:
+        return apply_plan(
             self.nvml,
-            name,
-            entries,
+            plan,
             report=lambda line: log.info("%s", line),
             lock=self.mig_lock,
         )
@@ -433,16 +444,11 @@ class MigManager:
                 except NvmlError as exc:
                     log.error("GPU %d: cannot undo the pending MIG mode: %s", state.index, exc)
 
-    async def _mode_needs_reboot(self, name: str, entries: tuple[MigConfigEntry, ...]) -> bool:
+    async def _mode_needs_reboot(self, plan: ConfigPlan) -> bool:
+        """Set the MIG modes only (no reset): whether a GPU now waits for a reset."""
         result = await asyncio.to_thread(
             functools.partial(
-                apply_config,
-                self.nvml,
-                name,
-                entries,
-                mode_only=True,
-                skip_reset=True,
-                lock=self.mig_lock,
+                apply_plan, self.nvml, plan, mode_only=True, skip_reset=True, lock=self.mig_lock
             )
         )
         return bool(result.reset_required)
@@ -462,46 +468,41 @@ class MigManager:
             raise
 
     # -- workloads and operands ------------------------------------------------------------------
-    def _gpu_of_device(self) -> dict[str, int]:
-        """Device IDs a plugin may advertise (GPU and MIG UUIDs, indexes) -> GPU index."""
-        out: dict[str, int] = {}
-        for dev in self.nvml.devices():
-            out[dev.uuid] = dev.index
-            out[str(dev.index)] = dev.index
-            with contextlib.suppress(NvmlError):
-                for m in self.nvml.mig_devices(dev.index):
-                    out[m.uuid] = dev.index
-                    out[f"{dev.index}:{m.index}"] = dev.index
-        return out
-
     async def _held_devices(self, socket: Path) -> list[HeldDevice]:
-        """What the node's pods hold, from the kubelet. A kubelet that does not answer in
-        time is asked again (it may be busy starting the pods a change stopped); only a
-        kubelet that keeps failing fails the change."""
-        for delay in POD_RESOURCES_BACKOFF_S:
+        """What the node's pods hold, from the kubelet. A kubelet that does not answer is
+        asked again (it may be busy starting the pods a change stopped, or a device plugin
+        that registers late): first after each of POD_RESOURCES_BACKOFF_S, then every last
+        backoff until `pod_resources_timeout_s` has passed. Only then does the change fail:
+        a slow node is not a failed one."""
+        deadline = time.monotonic() + self.settings.pod_resources_timeout_s
+        backoff = iter(POD_RESOURCES_BACKOFF_S)
+        while True:
             try:
                 return await list_held_devices(socket)
             except PodResourcesError as exc:
+                left = deadline - time.monotonic()
+                delay = next(backoff, None)
+                if delay is None:
+                    if left <= 0:
+                        waited = self.settings.pod_resources_timeout_s
+                        raise Failed(
+                            f"cannot tell which pods hold GPUs: {exc} (the kubelet did not "
+                            f"answer within --pod-resources-timeout {waited:g}s)"
+                        ) from None
+                    delay = min(POD_RESOURCES_BACKOFF_S[-1], left)
                 log.warning("node %s: %s; asking again in %.0fs", self.node_name, exc, delay)
                 await asyncio.sleep(delay)
-        try:
-            return await list_held_devices(socket)
-        except PodResourcesError as exc:
-            raise Failed(f"cannot tell which pods hold GPUs: {exc}") from None
 
     async def _check_busy(self, changing: list[int]) -> None:
         socket = self.settings.pod_resources_socket
         if socket is None or not changing:
             return
         held = await self._held_devices(socket)
-        gpu_of = await asyncio.to_thread(self._gpu_of_device)
-        busy: dict[int, set[str]] = {}
-        for h in held:
-            if not h.resource.startswith("nvidia.com/"):
-                continue
-            index = gpu_of.get(physical_id(h.device_id))
-            if index is not None and index in changing:
-                busy.setdefault(index, set()).add(h.pod_ref)
+        gpu_of = await asyncio.to_thread(gpu_of_device, self.nvml)
+        holders = held_gpus(
+            ((h.pod_ref, h.resource, physical_id(h.device_id)) for h in held), gpu_of
+        )
+        busy = busy_gpus(holders, changing)
         if not busy:
             return
         what = "; ".join(f"GPU {i}: {', '.join(sorted(p))}" for i, p in sorted(busy.items()))

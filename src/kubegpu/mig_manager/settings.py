@@ -65,6 +65,9 @@ class MigManagerSettings:
     unknown_config_wait_s: float = 60.0
     poll_s: float = 1.0
     pod_resources_socket: Path | None = Path(POD_RESOURCES_SOCKET)
+    # a kubelet that does not answer which pods hold GPUs is asked again until this has
+    # passed (a loaded node answers late): only then does the change fail
+    pod_resources_timeout_s: float = 300.0
     busy_gpus: Literal["refuse", "proceed"] = "refuse"
     cdi_enabled: bool = False
     cdi_dir: Path = Path(nvidia.CDI_SPEC_DIR)

@@ -47,6 +47,9 @@ class GpuBackend:
     # a containerized driver's startup probe writes .driver-ctr-ready before NVML is usable;
     # a simulated node has no driver container
     driver_ready_file: bool = True
+    # a pre-installed driver is files on the host's root (its nvidia-smi and libraries),
+    # checked there; a simulated node's driver is its simulated NVML, with no such files
+    host_driver_files: bool = True
 
     def open(self) -> Nvml:
         try:
@@ -87,6 +90,7 @@ def sim_backend(state_file: Path | str, sim_node: str | None = None) -> GpuBacke
         cuda=SimCudaProbe(open_sim),
         mps=RecordingMps(),
         driver_ready_file=False,
+        host_driver_files=False,
     )
 
 

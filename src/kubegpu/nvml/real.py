@@ -8,7 +8,9 @@ computed with the naming formula, not read from the driver.
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pynvml
@@ -97,8 +99,52 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+# a component the runtime injects no driver into (the DRA plugin: NVIDIA_VISIBLE_DEVICES
+# =void) names the driver root it mounted; NVML is then loaded from there, searched where
+# NVIDIA's DRA plugin searches (node-runtime.md §3.4)
+DRIVER_LIBRARY_ROOT_ENV = "KUBEGPU_DRIVER_LIBRARY_ROOT"
+NVML_LIBRARY = "libnvidia-ml.so.1"
+NVML_LIBRARY_DIRS = (
+    "",
+    "usr/lib64",
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "lib64",
+    "lib/x86_64-linux-gnu",
+    "lib/aarch64-linux-gnu",
+)
+
+
+def driver_nvml_library(root: Path) -> Path | None:
+    """libnvidia-ml.so.1 under a driver root (symlinks resolved), or None."""
+    for d in NVML_LIBRARY_DIRS:
+        candidate = root / d / NVML_LIBRARY
+        if candidate.exists():
+            return candidate.resolve()
+    return None
+
+
+def _load_driver_library() -> None:
+    """Load NVML from the driver root the env names, so pynvml's dlopen of the soname finds
+    it already loaded; without the env, pynvml finds the library the runtime injected."""
+    root = os.environ.get(DRIVER_LIBRARY_ROOT_ENV)
+    if not root:
+        return
+    library = driver_nvml_library(Path(root))
+    if library is None:
+        raise errors.NvmlError(
+            f"{DRIVER_LIBRARY_ROOT_ENV}={root}: no {NVML_LIBRARY} under it in "
+            + ", ".join("/" + d for d in NVML_LIBRARY_DIRS)
+        )
+    try:
+        ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+    except OSError as exc:
+        raise errors.NvmlError(f"cannot load {library}: {exc}") from None
+
+
 class RealNvml(Nvml):
     def __init__(self) -> None:
+        _load_driver_library()
         _call(pynvml.nvmlInit)
         self._event_set: Any = None
         self._gpm_supported: dict[int, bool] = {}

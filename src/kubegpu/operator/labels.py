@@ -140,11 +140,7 @@ def relevant_labels(labels: Mapping[str, str]) -> dict[str, str]:
 
 def os_tag(labels: Mapping[str, str]) -> str | None:
     """The driver image's OS suffix from NFD (`ubuntu24.04`; major version only for
-    ol/rocky/rhel)."""
-    os_id = labels.get("feature.node.kubernetes.io/system-os_release.ID")
-    version = labels.get("feature.node.kubernetes.io/system-os_release.VERSION_ID")
-    if not os_id or not version:
-        return None
-    if os_id in {"ol", "rocky", "rhel"}:
-        version = version.split(".", 1)[0]
-    return f"{os_id}{version}"
+    ol/rocky/rhel); `node_facts.os_tag` also falls back to the node's osImage."""
+    from kubegpu.operator.node_facts import os_tag_from_labels
+
+    return os_tag_from_labels(labels)

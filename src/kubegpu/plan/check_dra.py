@@ -93,19 +93,27 @@ def _docs(text: str, where: str) -> list[Json]:
 
 
 def _request(obj: Json) -> tuple[Json, Json]:
-    """(the claim spec's devices, its one request's `exactly`)."""
+    """(the claim spec's devices, its one request's `exactly`, or the first of its
+    `firstAvailable` list: the plan's own choice, the rest being fallbacks)."""
     spec = obj["spec"]["spec"] if obj["kind"] == "ResourceClaimTemplate" else obj["spec"]
     devices = spec["devices"]
     requests = devices["requests"]
     if len(requests) != 1 or requests[0]["name"] != POD_CLAIM:
         raise SelectorError(f"expected one request named {POD_CLAIM!r}")
-    return devices, requests[0]["exactly"]
+    if "firstAvailable" in requests[0]:
+        first: Json = requests[0]["firstAvailable"][0]
+        return devices, first
+    exactly: Json = requests[0]["exactly"]
+    return devices, exactly
 
 
-def check_dra(plan: Plan, workloads: Mapping[str, Workload]) -> list[str]:
-    """Problems with the DRA files of `plan` (empty: the cluster gets what the plan says)."""
+def check_dra(
+    plan: Plan, workloads: Mapping[str, Workload], mig_fallback: bool = False
+) -> list[str]:
+    """Problems with the DRA files of `plan` (empty: the cluster gets what the plan says).
+    With `mig_fallback`, a MIG claim's first choice is checked as the plan's."""
     try:
-        files = render_dra(plan, workloads)
+        files = render_dra(plan, workloads, mig_fallback)
     except DraPlanError as exc:
         return [f"DRA: {exc}"]
     out: list[str] = []

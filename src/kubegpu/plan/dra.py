@@ -8,7 +8,11 @@ instead of counted `nvidia.com/gpu` requests.
   (neither does upstream's), so NVLink is the node's property the plan chose it for;
 - MIG: one template per workload (and model), class `mig.nvidia.com`, selector on the
   planned `profile` and the parent's `productName`; the layout itself must exist first
-  (static MIG from the plan's mig-parted config: no MIG manager runs under a GPUCluster);
+  (static MIG from the plan's mig-parted config: no MIG manager runs under a GPUCluster).
+  With `mig_fallback`, the request is a prioritized list (`firstAvailable`, Kubernetes
+  1.36 GA): the planned profile first, then the next larger profile the plan's layouts on
+  the workload's nodes also have and that fits the workload, so a pod still starts when its
+  planned instances are taken;
 - time-slicing and MPS: DRA shares a device between pods that reference one ResourceClaim,
   so each shared GPU of the plan becomes one ResourceClaim carrying a `GpuConfig` with the
   strategy (`TimeSlicing`, interval `Default`: the plan has no interval; `MPS` with each
@@ -68,6 +72,15 @@ class Claim:
     strategy: str | None = None  # shared claims: TimeSlicing | MPS
     replicas: int = 0  # shared claims: the pods the GPU is split for
     node: str | None = None  # shared claims: the node the plan put the GPU on
+    fallback_profile: str | None = None  # MIG: the profile to take when none planned is free
+
+    def fallback_selectors(self) -> list[str]:
+        """The fallback subrequest's CEL selectors (the parent model stays the same)."""
+        assert self.fallback_profile is not None
+        return [
+            f"{attribute_equals('profile', self.fallback_profile)} && "
+            f"{attribute_equals('productName', get_model(self.model).product_name)}"
+        ]
 
     def selectors(self) -> list[str]:
         """The claim's own CEL selectors (the class adds its `type` selector)."""
@@ -195,7 +208,31 @@ def _pods(workload: str, start: int, k: int) -> tuple[str, ...]:
     return tuple(f"{workload}-{i}" for i in range(start, start + k))
 
 
-def _templates(w: Workload, wp: WorkloadPlan, nodes: Mapping[str, NodePlan], out: DraPlan) -> None:
+def fallback_profile(w: Workload, profile: str, model: str, nodes: list[NodePlan]) -> str | None:
+    """The smallest profile larger than `profile` that the plan's layouts of `model` on
+    `nodes` have and that fits `w`; None when there is none."""
+    m = get_model(model)
+    if m.mig is None:
+        return None
+    cap = m.mig
+    want = cap.profile(profile)
+    have = {p for n in nodes for g in n.gpus if g.model == model and g.mig_enabled for p in g.mig}
+    bigger = [
+        cap.profile(p)
+        for p in sorted(have - {profile})
+        if rules.profile_rejection(w, m, cap.profile(p)) is None
+        and cap.profile(p).memory_mib > want.memory_mib
+    ]
+    return min(bigger, key=lambda p: (p.memory_mib, p.name)).name if bigger else None
+
+
+def _templates(
+    w: Workload,
+    wp: WorkloadPlan,
+    nodes: Mapping[str, NodePlan],
+    out: DraPlan,
+    mig_fallback: bool = False,
+) -> None:
     """Whole-GPU and MIG workloads: a template per model, a pod group per node."""
     mig = wp.method == "mig"
     on = sorted(wp.nodes.items())
@@ -210,6 +247,10 @@ def _templates(w: Workload, wp: WorkloadPlan, nodes: Mapping[str, NodePlan], out
             f"{w.name}: {count} devices per replica; a claim holds at most {MAX_RESULTS}"
         )
     for model in sorted(models):
+        fallback = None
+        if mig and mig_fallback and wp.profile:
+            placed = [nodes[name] for name, _k in on if model_of[name] == model]
+            fallback = fallback_profile(w, wp.profile, model, placed)
         out.claims.append(
             Claim(
                 name=_template_name(w.name, model, models),
@@ -218,6 +259,7 @@ def _templates(w: Workload, wp: WorkloadPlan, nodes: Mapping[str, NodePlan], out
                 count=count,
                 model=model,
                 profile=wp.profile if mig else None,
+                fallback_profile=fallback,
             )
         )
     start = 0
@@ -277,8 +319,9 @@ def _shared(
     out.claims += [c for c, _free in slots if c.name in used]
 
 
-def dra_plan(plan: Plan, workloads: Mapping[str, Workload]) -> DraPlan:
-    """The plan's claims and pod groups; DraPlanError where DRA cannot express a decision."""
+def dra_plan(plan: Plan, workloads: Mapping[str, Workload], mig_fallback: bool = False) -> DraPlan:
+    """The plan's claims and pod groups; DraPlanError where DRA cannot express a decision.
+    `mig_fallback`: MIG claims fall back to a larger profile (`firstAvailable`)."""
     out = DraPlan()
     nodes = {n.name: n for n in plan.nodes}
     wps = {wp.name: wp for wp in plan.workloads}
@@ -287,7 +330,7 @@ def dra_plan(plan: Plan, workloads: Mapping[str, Workload]) -> DraPlan:
         if not wp.nodes:
             continue
         if wp.method in ("whole", "mig"):
-            _templates(workloads[wp.name], wp, nodes, out)
+            _templates(workloads[wp.name], wp, nodes, out, mig_fallback)
             next_pod[wp.name] = wp.placed
         elif wp.method not in ("mps", "time-slicing"):
             raise DraPlanError(f"{wp.name}: method {wp.method!r} has no DRA form")
@@ -319,6 +362,16 @@ def dra_plan(plan: Plan, workloads: Mapping[str, Workload]) -> DraPlan:
             "run apply-mig.sh on each node (it applies the node's mig-parted config); dynamic "
             "MIG is not planned"
         )
+    fallbacks = [
+        f"{c.name} ({c.profile} else {c.fallback_profile})"
+        for c in out.claims
+        if c.fallback_profile
+    ]
+    if fallbacks:
+        out.notes.append(
+            "MIG fallback (firstAvailable, Kubernetes 1.36+): a pod whose planned profile is "
+            f"taken gets the larger one: {', '.join(fallbacks)}"
+        )
     if any(c.count > 1 for c in out.claims):
         out.notes.append(
             "multi-GPU claims: one claim's devices are on one node and of one product "
@@ -346,7 +399,21 @@ def claim_spec(c: Claim) -> Json:
         "allocationMode": "ExactCount",
         "count": c.count,
     }
-    devices: Json = {"requests": [{"name": POD_CLAIM, "exactly": exactly}]}
+    request: Json = {"name": POD_CLAIM, "exactly": exactly}
+    if c.fallback_profile is not None:
+        assert c.profile is not None
+        fallback = {
+            **exactly,
+            "selectors": [{"cel": {"expression": e}} for e in c.fallback_selectors()],
+        }
+        request = {
+            "name": POD_CLAIM,
+            "firstAvailable": [
+                {"name": subrequest_name(c.profile), **exactly},
+                {"name": subrequest_name(c.fallback_profile), **fallback},
+            ],
+        }
+    devices: Json = {"requests": [request]}
     if c.count > 1:
         devices["constraints"] = [{"requests": [POD_CLAIM], "matchAttribute": MATCH_ATTRIBUTE}]
     params = c.parameters()
@@ -358,6 +425,11 @@ def claim_spec(c: Claim) -> Json:
             }
         ]
     return {"devices": devices}
+
+
+def subrequest_name(profile: str) -> str:
+    """`1g.18gb+me` -> `mig-1g18gbme`: a DNS label naming a profile's subrequest."""
+    return "mig-" + "".join(ch for ch in profile.lower() if ch.isalnum())
 
 
 def claim_object(c: Claim, pods: list[str]) -> Json:

@@ -207,12 +207,14 @@ def _yaml_docs(objects: list[dict[str, Any]]) -> str:
     return "---\n".join(yaml.safe_dump(o, sort_keys=False, width=1000) for o in objects)
 
 
-def render_dra(plan: Plan, workloads: Mapping[str, Workload]) -> dict[str, str]:
+def render_dra(
+    plan: Plan, workloads: Mapping[str, Workload], mig_fallback: bool = False
+) -> dict[str, str]:
     """`kubegpu plan --api dra`: the plan as DeviceClasses, ResourceClaimTemplates and shared
     ResourceClaims, which pods use which claim, and the MIG layouts that must exist first.
     No device-plugin config or ClusterPolicy values: a GPUCluster's DRA plugin serves the
     nodes. Raises DraPlanError where DRA cannot express a decision of the plan."""
-    dp = dra_plan(plan, workloads)
+    dp = dra_plan(plan, workloads, mig_fallback)
     mig_configs, _dp_configs = assign_configs(plan)
     for n in plan.nodes:  # no device plugin and no MIG manager read labels here
         n.device_plugin_config = ""

@@ -168,9 +168,14 @@ class _Strict(BaseModel):
 class CurrentGpu(_Strict):
     mig: dict[str, StrictInt] | None = None  # the GPU's current MIG layout (profile -> count)
     busy: dict[str, StrictInt] | Literal["whole"] | StrictInt | None = None
+    # the layout is kept even with no instance counted busy: running pods hold instances
+    # of this GPU whose devices are not known (`kubegpu plan --from-snapshot`)
+    keep: StrictBool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> CurrentGpu:
+        if self.keep and not self.mig:
+            raise ValueError("keep: true needs the GPU's current mig layout")
         if isinstance(self.busy, dict):
             if self.mig is None:
                 raise ValueError("busy MIG instances need the GPU's current mig layout")
@@ -319,6 +324,9 @@ class Workload(_Strict):
     nvlink: StrictBool = False
     nccl: StrictBool | None = None
     priority: StrictFloat = Field(1.0, gt=0)
+    # a fixed MIG profile: the pods already request `nvidia.com/mig-<profile>`, so no other
+    # method or profile serves them (`kubegpu plan --from-snapshot`)
+    profile: str | None = None
 
     @field_validator("name")
     @classmethod

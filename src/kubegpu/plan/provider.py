@@ -287,6 +287,12 @@ class GpuProvider:
                 self.rep.refused(
                     w.name, "mig", "fits", "no usable MIG profile holds its memory and compute"
                 )
+            if w.profile is not None:  # the pods' request names the profile
+                sizes = {n: s for n, s in sizes.items() if n == w.profile}
+                if not sizes:
+                    self.rep.refused(
+                        w.name, "mig", "fits", f"no node can hold a MIG {w.profile} instance"
+                    )
             out[w.name] = sorted(sizes, key=lambda n: (sizes[n], n))
         return out
 
@@ -430,7 +436,7 @@ class GpuProvider:
             )
         busy = dict(state.busy) if isinstance(state.busy, dict) else {}
         current_key = mix_key(Counter(pi.profile.name for pi in layout))
-        if any(busy.values()):
+        if any(busy.values()) or state.keep:
             free = Counter(pi.profile.name for pi in layout)
             free.subtract(busy)
             key = "keep:" + current_key.removeprefix("mig:")
@@ -483,6 +489,8 @@ class GpuProvider:
             options: list[tuple[float, str, float]] = []  # (share of a GPU, option, cost)
             split = w.name in self.one_model
             for method in self.methods[w.name]:
+                if w.profile is not None and method != "mig":
+                    continue  # the pods' request names a MIG profile
                 if method == "whole":
                     for model in self._models(w, method) if split else [None]:
                         options.append((float(w.gpus), model_option("whole", model), 0.0))

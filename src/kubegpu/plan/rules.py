@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kubegpu.catalog import GpuInstanceProfile, GpuModel, driver_at_least
+from kubegpu.catalog import GpuInstanceProfile, GpuModel, placement
 from kubegpu.plan.inputs import Workload
 from kubegpu.sharing.config import MPS_MAX_CLIENTS_OLDER, MPS_MAX_CLIENTS_VOLTA_PLUS
 
@@ -213,25 +213,20 @@ def mig_unconfirmed(model: GpuModel) -> list[str]:
 
 
 def mig_driver_problem(model: GpuModel, driver: str | None) -> str | None:
+    """Why the node's driver cannot run MIG on this model: the catalog's rule
+    (`catalog.placement`), named for the model."""
     if model.mig is None or driver is None:
         return None
-    if not driver_at_least(driver, model.mig.min_driver):
-        return f"MIG on {model.id} needs driver {model.mig.min_driver}+; the node has {driver}"
-    return None
+    problem = placement.mig_driver_problem(model.mig, driver)
+    return f"{model.id}: {problem}" if problem else None
 
 
 def usable_profiles(model: GpuModel, driver: str | None) -> list[GpuInstanceProfile]:
-    """The profiles the planner hands out: no media/graphics variants, allowed by the driver."""
+    """The profiles the planner hands out: no media/graphics variants, and only those the
+    driver offers (the catalog's rule)."""
     if model.mig is None:
         return []
-    out = []
-    for p in model.mig.gpu_instance_profiles:
-        if p.variant not in ("", "REV2"):
-            continue
-        if driver is not None and p.min_driver and not driver_at_least(driver, p.min_driver):
-            continue
-        out.append(p)
-    return out
+    return [p for p in placement.offered_profiles(model.mig, driver) if p.variant in ("", "REV2")]
 
 
 def _gib(mib: int) -> str:

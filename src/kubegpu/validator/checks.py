@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +111,70 @@ def check_driver(
     return CheckResult(
         "driver", f"{where} {system.driver_version}, CUDA {cuda}, {count} GPU(s)", env
     )
+
+
+# the directories NVIDIA's validator searches, under the host root, for a pre-installed
+# driver's nvidia-smi (gpu-operator.md §4; node-runtime.md §4 "Validator logic")
+HOST_SMI_DIRS = ("usr/bin", "usr/sbin", "bin", "sbin", "usr/lib/wsl/lib", "opt/bin")
+SMI_QUERY = ("--query-gpu=driver_version,uuid", "--format=csv,noheader")
+SmiRunner = Callable[[Path, str, Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+
+def host_nvidia_smi(host_root: Path) -> str | None:
+    """The host's nvidia-smi as a path on the host (`/usr/bin/nvidia-smi`): the first
+    non-empty executable file in HOST_SMI_DIRS under `host_root`."""
+    for d in HOST_SMI_DIRS:
+        candidate = host_root / d / "nvidia-smi"
+        try:
+            if (
+                candidate.is_file()
+                and candidate.stat().st_size > 0
+                and os.access(candidate, os.X_OK)
+            ):
+                return f"/{d}/nvidia-smi"
+        except OSError:
+            continue
+    return None
+
+
+def run_in_host_root(
+    host_root: Path, path: str, args: Sequence[str]
+) -> subprocess.CompletedProcess[str]:
+    """Run a host binary with the host's own libraries: `chroot <host_root> <path>` (directly
+    when this process already runs on the host's root)."""
+    argv = [path, *args] if host_root == Path("/") else ["chroot", str(host_root), path, *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
+def check_host_driver(host_root: Path, run: SmiRunner = run_in_host_root) -> CheckResult:
+    """A pre-installed driver, checked through the host's root as NVIDIA's validator does:
+    the host's nvidia-smi, run with the host's libraries, lists the GPUs. Never NVML from
+    this container's image, which the runtime gives no driver (NVIDIA_VISIBLE_DEVICES is
+    unset here)."""
+    smi = host_nvidia_smi(host_root)
+    if smi is None:
+        where = ", ".join("/" + d for d in HOST_SMI_DIRS)
+        raise CheckFailed(
+            f"no pre-installed driver: no executable nvidia-smi under the host root {host_root} "
+            f"in {where} (driver.enabled=false expects the driver on the host)"
+        )
+    try:
+        done = run(host_root, smi, SMI_QUERY)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CheckFailed(f"the host's {smi} cannot run: {exc}") from None
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise CheckFailed(
+            f"the host's {smi} failed (exit {done.returncode}): {said[-1] if said else 'no output'}"
+        )
+    rows = [
+        [f.strip() for f in line.split(",")] for line in done.stdout.splitlines() if line.strip()
+    ]
+    if not rows:
+        raise CheckFailed(f"the host's {smi} answers but lists no GPU")
+    version = rows[0][0]
+    env = driver_env("/") | {"DRIVER_VERSION": version}
+    return CheckResult("driver", f"host driver {version} ({smi}), {len(rows)} GPU(s)", env)
 
 
 # -- toolkit / CDI --------------------------------------------------------------------------------------

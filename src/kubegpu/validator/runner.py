@@ -30,6 +30,7 @@ from kubegpu.validator.checks import (
     CheckResult,
     check_cuda_here,
     check_driver,
+    check_host_driver,
     check_plugin_cdi,
     check_toolkit,
     gpu_resources,
@@ -55,6 +56,7 @@ class ValidatorSettings:
     mig_strategy: str = "single"
     driver_root: str = "/"
     container_driver_root: Path = Path("/driver-root")
+    host_root: Path = Path("/host")  # where the host's root is mounted (a pre-installed driver)
     cdi_dirs: tuple[Path, ...] = DEFAULT_CDI_DIRS
     image: str | None = None
     image_pull_policy: str = "IfNotPresent"
@@ -105,6 +107,8 @@ class Validator:
     async def check(self) -> CheckResult:
         match self.s.component:
             case "driver":
+                if self.s.driver_root in ("", "/") and self.gpus.host_driver_files:
+                    return await asyncio.to_thread(check_host_driver, self.s.host_root)
                 return await asyncio.to_thread(
                     check_driver,
                     self.gpus.open,

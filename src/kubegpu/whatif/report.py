@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kubegpu.doctor.findings import Finding, exit_code
+from kubegpu.mig.holders import busy_gpus
 
 # exit codes of `kubegpu what-if run`
 CLEAN = 0  # the change goes through, and the doctor finds nothing on the result
@@ -165,11 +166,11 @@ def build_report(
 def blocking_pods(node: NodeState) -> list[BlockedPod]:
     """Pods holding devices on GPUs the node's layout label asks to repartition and that
     were not: the MIG manager refuses to repartition a GPU in use."""
-    changing = set(node.changing)
+    busy = busy_gpus(node.holders, node.changing)  # the MIG manager's own judgement
     reason = first_line(node.mig_message) if node.mig_state == "failed" else ""
     out = []
-    for pod, gpus in sorted(node.holders.items()):
-        held = tuple(sorted(changing.intersection(gpus)))
+    for pod in sorted(node.holders):
+        held = tuple(sorted(i for i, holders in busy.items() if pod in holders))
         if held:
             out.append(BlockedPod(pod, node.name, held, reason))
     return out

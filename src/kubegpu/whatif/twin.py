@@ -32,8 +32,8 @@ from kubegpu.doctor.checks import run_checks
 from kubegpu.doctor.snapshot import Snapshot
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.policy import ClusterPolicyResource, GPUClusterResource
-from kubegpu.mig.parted import config_matches, plan_for_node, read_node, read_state
-from kubegpu.nvml import Nvml, NvmlError
+from kubegpu.mig.holders import gpu_of_device, held_gpus
+from kubegpu.mig.parted import plan_config, read_node
 from kubegpu.sharing.replicas import physical_id
 from kubegpu.sim.cluster import ClusterSpec, NodeEntry
 from kubegpu.sim.kubelet.node import SimNode
@@ -348,53 +348,36 @@ class Twin:
         return "not scheduled yet"
 
 
-def _gpu_of_device(nvml: Nvml) -> dict[str, int]:
-    """Device IDs a device plugin may hand out (GPU and MIG UUIDs, indexes) -> GPU index:
-    the MIG manager's own mapping, for the same answer."""
-    out: dict[str, int] = {}
-    for dev in nvml.devices():
-        out[dev.uuid] = dev.index
-        out[str(dev.index)] = dev.index
-        with contextlib.suppress(NvmlError):
-            for m in nvml.mig_devices(dev.index):
-                out[m.uuid] = dev.index
-                out[f"{dev.index}:{m.index}"] = dev.index
-    return out
-
-
 def _holders(node: SimNode, uids: Mapping[str, str]) -> dict[str, tuple[int, ...]]:
-    """Pod -> the GPUs it holds NVIDIA devices on, from the node's device manager."""
+    """Pod -> the GPUs it holds NVIDIA devices on, from the node's device manager, mapped
+    as the MIG manager maps what the kubelet says pods hold (`kubegpu.mig.holders`)."""
     if node.nvml is None:
         return {}
-    gpu_of = _gpu_of_device(node.nvml)
-    held: dict[str, set[int]] = {}
-    for (uid, _), allocation in node.devices.allocations.items():
-        pod = uids.get(uid)
-        if pod is None:
-            continue
-        for resource, ids in allocation.devices.items():
-            if not resource.startswith(nvidia.PREFIX):
-                continue
-            for device in ids:
-                index = gpu_of.get(physical_id(device))
-                if index is not None:
-                    held.setdefault(pod, set()).add(index)
-    return {pod: tuple(sorted(gpus)) for pod, gpus in sorted(held.items())}
+    held = (
+        (uids[uid], resource, physical_id(device))
+        for (uid, _), allocation in node.devices.allocations.items()
+        if uid in uids
+        for resource, ids in allocation.devices.items()
+        for device in ids
+    )
+    holders = held_gpus(held, gpu_of_device(node.nvml))
+    return {pod: tuple(sorted(gpus)) for pod, gpus in sorted(holders.items())}
 
 
 def _changing(node: SimNode, mig_config: str | None, snapshot: Snapshot) -> tuple[int, ...]:
     """GPUs not in the layout the node's label asks for, judged as the MIG manager judges
-    (its layouts, mig.parted's plan and match)."""
+    (its layouts, mig.parted's plan of the config and the GPUs it would change)."""
     if node.nvml is None or not mig_config:
         return ()
     layouts = mig_layouts(node.name, snapshot)
     if layouts is None or mig_config not in layouts.mig_configs:
         return ()
     try:
-        targets = plan_for_node(node.nvml, mig_config, layouts.mig_configs[mig_config])
+        plan = plan_config(node.nvml, mig_config, layouts.mig_configs[mig_config])
+        plan.covered()
     except Exception:  # a layout the GPUs cannot take: the MIG manager's event says why
         return ()
-    return tuple(t.index for t in targets if not config_matches(read_state(node.nvml, t.index), t))
+    return tuple(plan.changing(read_node(node.nvml)))
 
 
 async def _wait(what: str, check: Callable[[], Awaitable[bool]], timeout: float) -> None:

@@ -13,13 +13,17 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubegpu.catalog import GpuModel, all_models, nvidia
+from kubegpu.catalog import nvidia
+from kubegpu.doctor.facts import (
+    MIG_PARTED_KEY,
+    mig_parted_config,
+    mig_parted_configmap,
+    model_of_product,
+    split_product,
+)
 from kubegpu.doctor.snapshot import ConfigMapInfo, NodeInfo, PodInfo, Snapshot
-from kubegpu.mig.config import ConfigError, MigPartedConfig, parse_config
-from kubegpu.sharing.labels import sanitise
+from kubegpu.mig.config import MigPartedConfig
 
-MIG_CONFIG_KEY = "config.yaml"  # the key of a mig-parted ConfigMap
-GENERATED_SUFFIX = "-mig-config"  # the MIG manager's own layouts: <node>-mig-config
 ROOT_CA = "kube-root-ca.crt"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 # ConfigMaps the twin's own operator and MIG managers write again: never copied
@@ -30,8 +34,6 @@ OWN_PREFIXES = ("kubernetes.io/", "beta.kubernetes.io/", "feature.node.kubernete
 TWIN_IMAGE = "nvcr.io/nvidia/cuda:13.0.1-base-ubuntu24.04"
 NFD_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 DCGM_LISTEN = "DCGM_EXPORTER_LISTEN"
-_MIG_TAG = "-MIG-"
-_SHARED_TAG = "-SHARED"
 
 
 class TwinSpecError(ValueError):
@@ -176,16 +178,6 @@ def _node(node: NodeInfo, snapshot: Snapshot) -> TwinNode:
     )
 
 
-def model_of_product(product: str) -> GpuModel | None:
-    """The catalog model whose product name GPU feature discovery wrote as `product`
-    (sanitised, maybe cut to fit a label value)."""
-    for m in all_models():
-        if sanitise(m.product_name) == product:
-            return m
-    cut = [m for m in all_models() if sanitise(m.product_name).startswith(product)]
-    return cut[0] if len(cut) == 1 else None
-
-
 def node_gpus(node: NodeInfo, snapshot: Snapshot) -> str | None:
     """The node's GPUs as a sim node spec, from its feature-discovery labels."""
     labels = node.labels
@@ -197,8 +189,8 @@ def node_gpus(node: NodeInfo, snapshot: Snapshot) -> str | None:
                 "(is GPU feature discovery running there?)"
             )
         return None
-    base, _, mig_profile = product.removesuffix(_SHARED_TAG).partition(_MIG_TAG)
-    model = model_of_product(base)
+    _, mig_profile = split_product(product)
+    model = model_of_product(product)
     if model is None:
         raise TwinSpecError(
             f"node {node.name}: label {nvidia.GPU_PRODUCT}={product!r} names no GPU model "
@@ -272,16 +264,14 @@ def _gpus_under_single(node: NodeInfo, snapshot: Snapshot, profile: str, devices
 
 
 def mig_layouts(node: str, snapshot: Snapshot) -> MigPartedConfig | None:
-    """The mig-parted configs the node's MIG manager reads: the ClusterPolicy's
-    `migManager.config.name` ConfigMap, else the layouts it generated for the node."""
-    policy = snapshot.cluster_policy
-    name = ""
-    if policy is not None:
-        name = ((policy.spec.get("migManager") or {}).get("config") or {}).get("name") or ""
-    cm = snapshot.config_map(name or node + GENERATED_SUFFIX)
-    if cm is None or MIG_CONFIG_KEY not in cm.data:
+    """The mig-parted configs the node's MIG manager reads, from the ConfigMap doctor
+    names for it (`doctor.facts.mig_parted_configmap`); None when that is not in the
+    snapshot."""
+    name = mig_parted_configmap(snapshot, node)
+    cm = snapshot.config_map(name)
+    if cm is None or MIG_PARTED_KEY not in cm.data:
         return None
-    try:
-        return parse_config(cm.data[MIG_CONFIG_KEY], f"configmap/{cm.namespace}/{cm.name}")
-    except ConfigError as exc:
-        raise TwinSpecError(str(exc)) from None
+    layouts, error = mig_parted_config(cm.data[MIG_PARTED_KEY], f"configmap/{cm.namespace}/{name}")
+    if layouts is None:
+        raise TwinSpecError(error or f"configmap/{cm.namespace}/{name}: unreadable")
+    return layouts

@@ -16,9 +16,16 @@ app.kubernetes.io/name: {{ include "kubegpu.operatorName" . }}
 app.kubernetes.io/component: operator
 {{- end -}}
 
-{{/* The kubegpu image: repository:tag, the tag defaulting to the chart's appVersion. */}}
+{{/* The kubegpu image: repository:tag, the tag defaulting to the chart's appVersion;
+@digest appended when image.digest is set. */}}
 {{- define "kubegpu.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- with .Values.image.digest -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .) -}}
+{{- fail (printf "values image.digest=%q: not an image digest (sha256: and 64 hex digits)" .) -}}
+{{- end -}}
+@{{ . }}
+{{- end -}}
 {{- end -}}
 
 {{/*

@@ -147,7 +147,7 @@ class RenderContext:
 
     def finish(self, obj: Obj) -> Obj:
         meta = obj.setdefault("metadata", {})
-        meta["labels"] = {**self.labels(), **(meta.get("labels") or {})}
+        meta["labels"] = {**(meta.get("labels") or {}), **self.labels()}  # ours win
         if self.facts.owner is not None:
             meta["ownerReferences"] = [
                 {
@@ -318,6 +318,8 @@ class RenderContext:
                     field_env_var("OPERATOR_NAMESPACE", "metadata.namespace"),
                     env_var("OUTPUT_DIR", VALIDATIONS_DIR),
                     *self.driver_env(),
+                    # a pre-installed driver is checked through the host's root
+                    env_var("HOST_ROOT_MOUNT", "/host"),
                     *env,
                 ],
                 v.env or [],
@@ -327,8 +329,14 @@ class RenderContext:
                 volume_mount(
                     "run-nvidia-validations", VALIDATIONS_DIR, propagation="Bidirectional"
                 ),
-                volume_mount("driver-install-dir", "/driver-root", read_only=True),
-                volume_mount("host-root", "/host", read_only=True),
+                # a driver the driver container mounts later is seen (node-runtime.md §5)
+                volume_mount(
+                    "driver-install-dir",
+                    "/driver-root",
+                    read_only=True,
+                    propagation="HostToContainer",
+                ),
+                volume_mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
                 volume_mount("cdi-root", CDI_DIR, read_only=True),
             ],
             privileged=True,

@@ -11,7 +11,13 @@ start next to a device plugin.
 from __future__ import annotations
 
 from kubegpu.dra.classes import device_classes
-from kubegpu.kube.policy import ComponentSpec, DraDriverSpec, DraKubeletPluginSpec, ImageSpec
+from kubegpu.kube.policy import (
+    ComponentSpec,
+    DraDriverSpec,
+    DraGpusSpec,
+    DraKubeletPluginSpec,
+    ImageSpec,
+)
 from kubegpu.operator.operands.context import (
     CDI_DIR,
     MIG_LOCK_DIR,
@@ -49,6 +55,12 @@ def dra_plugin(ctx: RenderContext, dra: DraDriverSpec) -> list[Obj]:
         # the plugin opens the GPUs itself (privileged); the runtime must not add any
         env_var("NVIDIA_VISIBLE_DEVICES", "void"),
         env_var("NVIDIA_MIG_CONFIG_DEVICES", "all"),
+        # no runtime injection: the plugin finds the driver (NVML) under the driver root,
+        # mounted at /driver-root as NVIDIA's DRA chart does
+        env_var("NVIDIA_DRIVER_ROOT", ctx.driver_root),
+        env_var("DRIVER_ROOT_CTR_PATH", "/driver-root"),
+        # where the plugin's NVML is loaded from (kubegpu.nvml.real)
+        env_var("KUBEGPU_DRIVER_LIBRARY_ROOT", "/driver-root"),
     ]
     gates = feature_gates(dra)
     if gates:
@@ -59,6 +71,7 @@ def dra_plugin(ctx: RenderContext, dra: DraDriverSpec) -> list[Obj]:
         volume_mount("cdi-root", CDI_DIR),
         volume_mount("mig-lock", MIG_LOCK_DIR),
         volume_mount("device-plugins", device_plugins, read_only=True),
+        volume_mount("driver-root", "/driver-root", read_only=True, propagation="HostToContainer"),
     ]
     volumes = [
         host_path_volume("plugins-registry", registry),
@@ -66,6 +79,7 @@ def dra_plugin(ctx: RenderContext, dra: DraDriverSpec) -> list[Obj]:
         host_path_volume("cdi-root", CDI_DIR),
         host_path_volume("mig-lock", MIG_LOCK_DIR),
         host_path_volume("device-plugins", device_plugins),
+        host_path_volume("driver-root", ctx.driver_root, ""),
     ]
     # image and pull secrets from draDriver, env and resources from gpus.kubeletPlugin
     component = ComponentSpec(
@@ -79,4 +93,9 @@ def dra_plugin(ctx: RenderContext, dra: DraDriverSpec) -> list[Obj]:
     ds = ctx.daemonset(
         component, service_account=ctx.service_account, containers=[main], volumes=volumes
     )
-    return [*ctx.rbac(), ds, *device_classes()]
+    extended = bool(plugin_gpus(dra).extendedResourceName)
+    return [*ctx.rbac(), ds, *device_classes(extended_resource=extended)]
+
+
+def plugin_gpus(dra: DraDriverSpec) -> DraGpusSpec:
+    return dra.gpus or DraGpusSpec()

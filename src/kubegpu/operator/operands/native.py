@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+from kubegpu.catalog import nvidia
 from kubegpu.kube.kubelet import (
     DEVICE_PLUGIN_PATH,
     POD_RESOURCES_PATH,
@@ -51,7 +52,11 @@ def validator(ctx: RenderContext) -> list[Obj]:
         workload_env.append(env_var("VALIDATOR_IMAGE_PULL_SECRETS", ",".join(v.imagePullSecrets)))
     init = [
         ctx.validation_init("driver", [env_var("WITH_WAIT", "true")]),
-        ctx.validation_init("toolkit", [env_var("WITH_WAIT", "false")]),
+        # the runtime hands this check the GPUs only when the manifest asks for them
+        ctx.validation_init(
+            "toolkit",
+            [env_var("WITH_WAIT", "false"), env_var(nvidia.NVIDIA_VISIBLE_DEVICES, "all")],
+        ),
         ctx.validation_init(
             "cuda", [env_var("WITH_WAIT", "true"), env_var("WITH_WORKLOAD", "true"), *workload_env]
         ),
@@ -126,6 +131,17 @@ def _gpudirect_env(ctx: RenderContext) -> list[Obj]:
     return env
 
 
+def _cdi_device_list(ctx: RenderContext) -> list[Obj]:
+    """With CDI on, the plugin names its devices to the runtime through CDI (annotations and
+    the CRI field) instead of the env-var list, as NVIDIA's operator sets it."""
+    if not ctx.spec.cdi_enabled:
+        return []
+    return [
+        env_var("DEVICE_LIST_STRATEGY", "cdi-annotations,cdi-cri"),
+        env_var("CDI_ANNOTATION_PREFIX", "cdi.k8s.io/"),
+    ]
+
+
 def device_plugin(ctx: RenderContext) -> list[Obj]:
     p = ctx.spec.devicePlugin
     config_env, config_mounts, config_volumes = _plugin_config(ctx, p)
@@ -134,11 +150,16 @@ def device_plugin(ctx: RenderContext) -> list[Obj]:
         "device-plugin",
         p,
         env=[
+            # in the manifest, not only in chart values a user replaces: the runtime hands
+            # the plugin every GPU and the driver's files only when the env asks for them
+            env_var(nvidia.NVIDIA_VISIBLE_DEVICES, "all"),
+            env_var(nvidia.NVIDIA_DRIVER_CAPABILITIES, "all"),
             *ctx.mig_env(),
             env_var("MPS_ROOT", ctx.mps_root),
             env_var("KUBELET_SOCKET", REGISTRATION_SOCKET),
             *ctx.driver_env(),
             *ctx.cdi_env(),
+            *_cdi_device_list(ctx),
             *_gpudirect_env(ctx),
             *config_env,
         ],
@@ -146,7 +167,11 @@ def device_plugin(ctx: RenderContext) -> list[Obj]:
             volume_mount("device-plugin", DEVICE_PLUGIN_PATH.rstrip("/")),
             volume_mount("run-nvidia-validations", VALIDATIONS_DIR),
             volume_mount("mps-root", ctx.mps_root),
-            volume_mount("driver-install-dir", "/driver-root", read_only=True),
+            # the MPS daemon's shm, for the plugin's health check of the daemon
+            volume_mount("mps-shm", "/dev/shm"),
+            volume_mount(
+                "driver-install-dir", "/driver-root", read_only=True, propagation="HostToContainer"
+            ),
             volume_mount("cdi-root", CDI_DIR),
             # which pod holds an allocated device: its isolation annotation (docs/exporter.md)
             volume_mount("pod-resources", POD_RESOURCES_PATH.rstrip("/"), read_only=True),
@@ -163,6 +188,7 @@ def device_plugin(ctx: RenderContext) -> list[Obj]:
             host_path_volume("device-plugin", f"{ctx.kubelet_root}/device-plugins", ""),
             host_path_volume("run-nvidia-validations", VALIDATIONS_DIR),
             host_path_volume("mps-root", ctx.mps_root),
+            host_path_volume("mps-shm", f"{ctx.mps_root}/shm"),
             host_path_volume("driver-install-dir", ctx.driver_root, ""),
             host_path_volume("cdi-root", CDI_DIR),
             host_path_volume("pod-resources", f"{ctx.kubelet_root}/pod-resources", ""),
@@ -180,9 +206,19 @@ def mps_control_daemon(ctx: RenderContext) -> list[Obj]:
         "mps-control-daemon-ctr",
         "mps-control-daemon",
         p,
-        env=[*ctx.mig_env(), env_var("MPS_ROOT", ctx.mps_root), *ctx.driver_env(), *config_env],
+        env=[
+            env_var(nvidia.NVIDIA_VISIBLE_DEVICES, "all"),
+            env_var(nvidia.NVIDIA_DRIVER_CAPABILITIES, "compute,utility"),
+            *ctx.mig_env(),
+            env_var("MPS_ROOT", ctx.mps_root),
+            *ctx.driver_env(),
+            *config_env,
+        ],
         mounts=[
             volume_mount("mps-root", ctx.mps_root),
+            # the shm every MPS client gets at /dev/shm (the device plugin's Allocate): the
+            # daemon must use the same one, or no client can connect
+            volume_mount("mps-shm", "/dev/shm"),
             volume_mount("run-nvidia-validations", VALIDATIONS_DIR),
             *config_mounts,
         ],
@@ -195,6 +231,7 @@ def mps_control_daemon(ctx: RenderContext) -> list[Obj]:
         init_containers=[ctx.wait_init(p, "toolkit-ready")],
         volumes=[
             host_path_volume("mps-root", ctx.mps_root),
+            host_path_volume("mps-shm", f"{ctx.mps_root}/shm"),
             host_path_volume("run-nvidia-validations", VALIDATIONS_DIR),
             *config_volumes,
         ],
@@ -250,6 +287,10 @@ def dcgm_exporter(ctx: RenderContext) -> list[Obj]:
     # reads NVML only: the GPUs come from the toolkit (nvml_reader), not `privileged`
     main = ctx.kubegpu_container("nvidia-dcgm-exporter", "exporter", e, env=env, mounts=mounts)
     main["ports"] = [{"name": "metrics", "containerPort": EXPORTER_PORT}]
+    # as NVIDIA's: restarted when /health stops answering, out of the Service until it does
+    health = {"httpGet": {"path": "/health", "port": EXPORTER_PORT}}
+    main["livenessProbe"] = {**health, "initialDelaySeconds": 45, "periodSeconds": 5}
+    main["readinessProbe"] = {**health, "initialDelaySeconds": 45}
     ds = ctx.daemonset(
         e,
         service_account=ctx.service_account,
@@ -335,7 +376,9 @@ def gfd(ctx: RenderContext) -> list[Obj]:
         ),
         mounts=[
             volume_mount("run-nvidia-validations", VALIDATIONS_DIR, read_only=True),
-            volume_mount("driver-install-dir", "/driver-root", read_only=True),
+            volume_mount(
+                "driver-install-dir", "/driver-root", read_only=True, propagation="HostToContainer"
+            ),
             volume_mount("host-sys", "/sys", read_only=True),
             *config_mounts,
             *gpu_mounts,
@@ -398,6 +441,11 @@ def mig_manager(ctx: RenderContext) -> list[Obj]:
         m.gpuClientsConfig.name if m.gpuClientsConfig and m.gpuClientsConfig.name else None
     )
     env = [
+        # the runtime hands the manager every GPU (MIG changes, NVML) only when asked
+        env_var(nvidia.NVIDIA_VISIBLE_DEVICES, "all"),
+        env_var(nvidia.NVIDIA_DRIVER_CAPABILITIES, "compute,utility"),
+        # as NVIDIA's mig-parted image sets it: the MIG config capability, for a legacy runtime
+        env_var("NVIDIA_MIG_CONFIG_DEVICES", "all"),
         env_var("HOST_ROOT_MOUNT", "/host"),
         env_var("HOST_NVIDIA_DIR", ctx.toolkit_dir),
         env_var(
@@ -431,7 +479,9 @@ def mig_manager(ctx: RenderContext) -> list[Obj]:
         volume_mount("host-sys", "/sys"),
         volume_mount("mig-parted-config", "/mig-parted-config", read_only=True),
         volume_mount("gpu-clients", "/gpu-clients", read_only=True),
-        volume_mount("driver-install-dir", "/driver-root", read_only=True),
+        volume_mount(
+            "driver-install-dir", "/driver-root", read_only=True, propagation="HostToContainer"
+        ),
         volume_mount("cdi-root", CDI_DIR),
         volume_mount("pod-resources", POD_RESOURCES_PATH.rstrip("/"), read_only=True),
         volume_mount("mig-lock", MIG_LOCK_DIR),

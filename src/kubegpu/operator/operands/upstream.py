@@ -12,6 +12,7 @@ from kubegpu.operator.operands.context import (
     Builder,
     Obj,
     RenderContext,
+    RenderError,
 )
 from kubegpu.operator.operands.objects import (
     configmap_volume,
@@ -99,6 +100,12 @@ def driver(ctx: RenderContext) -> list[Obj]:
             volume_mount("dev-log", "/dev/log"),
             volume_mount("host-os-release", "/host-etc/os-release", read_only=True),
             volume_mount("run-nvidia-validations", VALIDATIONS_DIR, propagation="Bidirectional"),
+            # what NVIDIA's driver container needs of the host (node-runtime.md §4)
+            volume_mount("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
+            volume_mount("run-nvidia-topologyd", "/run/nvidia-topologyd"),
+            volume_mount("host-sys-devices-system", "/sys/devices/system"),
+            volume_mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
+            volume_mount("nv-firmware", "/lib/firmware"),
         ],
         "startupProbe": exec_probe(
             d.startupProbe,
@@ -163,6 +170,14 @@ def driver(ctx: RenderContext) -> list[Obj]:
             host_path_volume("dev-log", "/dev/log", ""),
             host_path_volume("host-os-release", "/etc/os-release", ""),
             host_path_volume("run-nvidia-validations", VALIDATIONS_DIR),
+            host_path_volume("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
+            host_path_volume("run-nvidia-topologyd", "/run/nvidia-topologyd"),
+            host_path_volume("host-sys-devices-system", "/sys/devices/system", ""),
+            host_path_volume(
+                "firmware-search-path", "/sys/module/firmware_class/parameters/path", ""
+            ),
+            # the driver's firmware, where the driver container installs it
+            host_path_volume("nv-firmware", f"{ctx.driver_root}/lib/firmware"),
             # only the driver manager (evicting GPU pods, unloading the old driver) needs
             # the host's root and sysfs
             *(
@@ -181,18 +196,125 @@ def driver(ctx: RenderContext) -> list[Obj]:
     return [*ctx.rbac(), ds]
 
 
+# the host paths of each runtime's config, drop-in and socket, as NVIDIA's operator
+# resolves them (node-runtime.md §1.8): the env names a user may set them with, in order,
+# then the default; CRI-O has no socket the installer needs (it restarts through systemd)
+RUNTIME_PATHS: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
+    "containerd": {
+        "config": (("CONTAINERD_CONFIG", "RUNTIME_CONFIG"), "/etc/containerd/config.toml"),
+        "drop-in": (("RUNTIME_DROP_IN_CONFIG",), "/etc/containerd/conf.d/99-nvidia.toml"),
+        "socket": (("CONTAINERD_SOCKET", "RUNTIME_SOCKET"), "/run/containerd/containerd.sock"),
+    },
+    "crio": {
+        "config": (("CRIO_CONFIG", "RUNTIME_CONFIG"), "/etc/crio/config.toml"),
+        "drop-in": (("RUNTIME_DROP_IN_CONFIG",), "/etc/crio/crio.conf.d/99-nvidia.conf"),
+    },
+    "docker": {
+        "config": (("DOCKER_CONFIG", "RUNTIME_CONFIG"), "/etc/docker/daemon.json"),
+        "socket": (("DOCKER_SOCKET", "RUNTIME_SOCKET"), "/var/run/docker.sock"),
+    },
+}
+# where the toolkit container sees each of them, and the env that names it there
+RUNTIME_MOUNTS = {
+    "config": "/runtime/config-dir",
+    "drop-in": "/runtime/config-dir.d",
+    "socket": "/runtime/sock-dir",
+}
+CONFIG_ENV = {"containerd": "CONTAINERD_CONFIG", "crio": "CRIO_CONFIG", "docker": "DOCKER_CONFIG"}
+SOCKET_ENV = {"containerd": "CONTAINERD_SOCKET", "docker": "DOCKER_SOCKET"}
+TOOLKIT_PID_DIR = "/run/nvidia/toolkit"
+CRIO_HOOKS_DIR = "/usr/share/containers/oci/hooks.d"
+
+
+def runtime_host_paths(runtime: str, user_env: dict[str, str]) -> dict[str, str]:
+    """config / drop-in / socket -> host path for this runtime, the user's env first."""
+    out = {}
+    for what, (names, default) in RUNTIME_PATHS[runtime].items():
+        out[what] = next((user_env[n] for n in names if user_env.get(n)), default)
+    return out
+
+
+def runtime_env_and_mounts(
+    runtime: str, user_env: dict[str, str]
+) -> tuple[list[Obj], list[Obj], list[Obj]]:
+    """The env, mounts and volumes that tell the toolkit installer where the node's runtime
+    config, drop-in and socket are: each host path's directory mounted at a fixed place,
+    and the env naming the file there (the installer never sees the host's own paths)."""
+    env: list[Obj] = [env_var("RUNTIME", runtime)]
+    mounts: list[Obj] = []
+    volumes: list[Obj] = []
+    for what, host_path in runtime_host_paths(runtime, user_env).items():
+        host_dir, _, base = host_path.rstrip("/").rpartition("/")
+        inside = f"{RUNTIME_MOUNTS[what]}/{base}"
+        name = f"{runtime}-{what}" if what != "config" else f"{runtime}-config"
+        volumes.append(host_path_volume(name, host_dir or "/"))
+        mounts.append(volume_mount(name, RUNTIME_MOUNTS[what] + "/"))
+        if what == "config":
+            env += [env_var("RUNTIME_CONFIG", inside), env_var(CONFIG_ENV[runtime], inside)]
+        elif what == "drop-in":
+            env += [
+                env_var("RUNTIME_DROP_IN_CONFIG", inside),
+                env_var("RUNTIME_DROP_IN_CONFIG_HOST_PATH", host_path),
+            ]
+        else:
+            env += [env_var("RUNTIME_SOCKET", inside), env_var(SOCKET_ENV[runtime], inside)]
+    return env, mounts, volumes
+
+
 def toolkit(ctx: RenderContext) -> list[Obj]:
+    """NVIDIA's toolkit installer, told (as NVIDIA's operator tells it) which runtime the
+    nodes run and where its config, drop-in and socket are, so that it writes the `nvidia`
+    handlers the operands' runtime class names (node-runtime.md §1.8)."""
     t = ctx.spec.toolkit
     image = ctx.upstream_image("toolkit", t)
+    runtime = ctx.facts.runtime
+    if runtime not in RUNTIME_PATHS:
+        raise RenderError(
+            f"cluster facts: container runtime {runtime!r}: use one of {', '.join(RUNTIME_PATHS)}"
+        )
+    user_env = dict(t.env_pairs())
     env = [
-        env_var("RUNTIME", ctx.facts.runtime),
+        env_var("ROOT", ctx.toolkit_dir),
+        env_var("NVIDIA_CONTAINER_RUNTIME_MODES_CDI_DEFAULT_KIND", "management.nvidia.com/gpu"),
+        env_var("NVIDIA_VISIBLE_DEVICES", "void"),
+        env_var("TOOLKIT_PID_FILE", f"{TOOLKIT_PID_DIR}/toolkit.pid"),
         env_var("NVIDIA_DRIVER_ROOT", ctx.driver_root),
         env_var("DRIVER_ROOT_CTR_PATH", "/driver-root"),
-        env_var("TOOLKIT_PID_FILE", f"{ctx.toolkit_dir}/toolkit.pid"),
-        env_var("RUNTIME_CLASS", ctx.spec.runtime_class),
-        env_var("CDI_ENABLED", "true" if ctx.spec.cdi_enabled else "false"),
-        env_var("NVIDIA_RUNTIME_SET_AS_DEFAULT", "false"),
     ]
+    if ctx.spec.cdi_enabled:
+        env += [
+            env_var("CDI_ENABLED", "true"),
+            env_var("NVIDIA_RUNTIME_SET_AS_DEFAULT", "false"),
+            env_var("NVIDIA_CONTAINER_RUNTIME_MODE", "cdi"),
+            env_var("CRIO_CONFIG_MODE", "config"),
+        ]
+    elif runtime == "crio":
+        env.append(env_var("CRIO_CONFIG_MODE", "hook"))
+    runtime_env, runtime_mounts, runtime_volumes = runtime_env_and_mounts(runtime, user_env)
+    if runtime == "containerd":
+        runtime_env.append(env_var("CONTAINERD_RUNTIME_CLASS", ctx.spec.runtime_class))
+    # the user's env applies before the runtime's, which it only steers (the paths above)
+    env = merge_env(env, t.env or [], runtime_env)
+    mounts = [
+        volume_mount("toolkit-install-dir", ctx.toolkit_dir),
+        volume_mount("toolkit-pid-dir", TOOLKIT_PID_DIR),
+        volume_mount("run-nvidia-validations", VALIDATIONS_DIR, propagation="Bidirectional"),
+        volume_mount(
+            "driver-install-dir", "/driver-root", read_only=True, propagation="HostToContainer"
+        ),
+        volume_mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+        volume_mount("cdi-root", CDI_DIR),
+        *runtime_mounts,
+    ]
+    volumes = [
+        *ctx.validation_volumes(),
+        host_path_volume("toolkit-install-dir", ctx.toolkit_dir),
+        host_path_volume("toolkit-pid-dir", TOOLKIT_PID_DIR),
+        *runtime_volumes,
+    ]
+    if runtime == "crio":
+        mounts.append(volume_mount("crio-hooks", CRIO_HOOKS_DIR))
+        volumes.append(host_path_volume("crio-hooks", CRIO_HOOKS_DIR))
     main: Obj = {
         "name": "nvidia-container-toolkit-ctr",
         "image": image,
@@ -203,28 +325,15 @@ def toolkit(ctx: RenderContext) -> list[Obj]:
         ],
         "env": env,
         "securityContext": {"privileged": True, "seLinuxOptions": {"level": "s0"}},
-        "volumeMounts": [
-            volume_mount("toolkit-install-dir", ctx.toolkit_dir),
-            volume_mount("run-nvidia-validations", VALIDATIONS_DIR, propagation="Bidirectional"),
-            volume_mount("driver-install-dir", "/driver-root", read_only=True),
-            volume_mount("host-root", "/host", read_only=True),
-            volume_mount("cdi-root", CDI_DIR),
-            volume_mount("containerd-config", "/runtime/config-dir/"),
-            volume_mount("containerd-socket", "/runtime/sock-dir/"),
-        ],
+        "volumeMounts": mounts,
     }
     init = ctx.validation_init("driver", [env_var("WITH_WAIT", "true")])
     ds = ctx.daemonset(
-        t,
+        t.model_copy(update={"env": None}),  # already merged, before the runtime's paths
         service_account=ctx.service_account,
         containers=[main],
         init_containers=[init],
-        volumes=[
-            *ctx.validation_volumes(),
-            host_path_volume("toolkit-install-dir", ctx.toolkit_dir),
-            host_path_volume("containerd-config", "/etc/containerd"),
-            host_path_volume("containerd-socket", "/run/containerd"),
-        ],
+        volumes=volumes,
         host_pid=True,
     )
     return [*ctx.rbac(), ds]

@@ -46,6 +46,7 @@ from typing import Final, Self
 
 import yaml
 
+from kubegpu.kube.versions import UnsupportedVersion
 from kubegpu.sim.controlplane import apiserver, controllermanager, etcd, kube, scheduler
 from kubegpu.sim.controlplane.addr import LOOPBACK, free_port
 from kubegpu.sim.controlplane.binaries import (
@@ -64,6 +65,7 @@ from kubegpu.sim.controlplane.certs import (
     write_private,
     write_public,
 )
+from kubegpu.sim.controlplane.k8s_version import version_gates
 from kubegpu.sim.controlplane.kube import CLUSTER_NAME, SERVICE_IP
 from kubegpu.sim.controlplane.pids import (
     PidRecord,
@@ -184,7 +186,8 @@ class ControlPlane:
         self._bin_dir_arg = bin_dir
         self._fsync = fsync
         self._keep_data = keep_data
-        self._feature_gates = {**DEFAULT_FEATURE_GATES, **(feature_gates or {})}
+        self._gate_overrides = dict(feature_gates or {})
+        self._feature_gates = {**DEFAULT_FEATURE_GATES, **self._gate_overrides}
         self._verbosity = verbosity
         self.size = size or ControlPlaneSize()
         self._binaries: dict[str, Path] = {}
@@ -317,6 +320,11 @@ class ControlPlane:
             raise ControlPlaneError("control plane", f"already started in {self.workdir}")
         deadline = time.monotonic() + timeout
         self._binaries = check_binaries(find_bin_dir(self._bin_dir_arg))
+        try:  # per version (kubegpu.kube.versions): a gate unknown to a version stops it
+            gates = version_gates(self._binaries[APISERVER])
+        except UnsupportedVersion as exc:
+            raise ControlPlaneError(APISERVER, str(exc)) from None
+        self._feature_gates = {**gates, **self._gate_overrides}
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(exist_ok=True)
         self._acquire_lock()

@@ -13,7 +13,11 @@ ResourceSlices a DRA driver publishes; what is left for the kubelet, and done he
 - the CDI devices a plugin returned become the container's environment, read from the CDI
   spec files under the node's CDI directories, as the container runtime would;
 - after the last pod on the node using a claim ends, ``NodeUnprepareResources``;
-- pod-resources ``dynamic_resources`` for each container.
+- pod-resources ``dynamic_resources`` for each container;
+- extended resources backed by DRA (``DeviceClass.extendedResourceName``, Kubernetes 1.36+):
+  the claim the scheduler made for a pod's ``nvidia.com/gpu`` limit is named in
+  ``status.extendedResourceClaimStatus`` and prepared like the pod's own; each container gets
+  the devices of the requests mapped to it, and those resources need no device plugin.
 """
 
 from __future__ import annotations
@@ -117,6 +121,9 @@ def pod_claims(pod: Json) -> dict[str, str | None]:
         for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
     }
     out: dict[str, str | None] = {}
+    extended = extended_claim(pod)
+    if extended is not None:
+        out[EXTENDED_CLAIM] = extended
     for ref in pod["spec"].get("resourceClaims") or []:
         name = ref["name"]
         if ref.get("resourceClaimName"):
@@ -126,6 +133,47 @@ def pod_claims(pod: Json) -> dict[str, str | None]:
         elif statuses[name]:
             out[name] = statuses[name]
     return out
+
+
+#: The key under which a pod's extended-resource claim is kept among its claims (not a DNS
+#: label, so never one of the pod's own claim names).
+EXTENDED_CLAIM = "<extended-resources>"
+
+
+def _extended_status(pod: Json) -> Json:
+    return (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+
+
+def extended_claim(pod: Json) -> str | None:
+    """The ResourceClaim the scheduler made for the pod's DRA-backed extended resources."""
+    name = _extended_status(pod).get("resourceClaimName")
+    return str(name) if name else None
+
+
+def dra_backed_resources(pod: Json, container: str) -> set[str]:
+    """The extended resources of `container` that the pod's extended-resource claim serves
+    (the kubelet admits them without a device plugin)."""
+    return {
+        str(m.get("resourceName"))
+        for m in _extended_status(pod).get("requestMappings") or []
+        if m.get("containerName") == container
+    }
+
+
+def extended_requests(pod: Json, container: Json) -> list[tuple[str, str | None]]:
+    """The container's (pod claim, request) pairs in the extended-resource claim: one per
+    request mapped to a resource the container asks for, as the kubelet does."""
+    asked = {
+        k
+        for part in ("requests", "limits")
+        for k, v in ((container.get("resources") or {}).get(part) or {}).items()
+        if str(v) not in ("0", "")
+    }
+    return [
+        (EXTENDED_CLAIM, str(m["requestName"]))
+        for m in _extended_status(pod).get("requestMappings") or []
+        if m.get("containerName") == container["name"] and m.get("resourceName") in asked
+    ]
 
 
 def claim_not_ready(claim: Json, pod_uid: str) -> str | None:
@@ -402,7 +450,7 @@ class DraManager:
     ) -> None:
         """Return once the pod's claims are prepared, retrying with backoff; on each
         failure, the kubelet's event and `waiting` (e.g. push the pod's status)."""
-        if not pod["spec"].get("resourceClaims"):
+        if not pod["spec"].get("resourceClaims") and extended_claim(pod) is None:
             return
         delay = BACKOFF_START_S
         while True:
@@ -466,7 +514,10 @@ class DraManager:
         self.pods[uid] = PodClaims(
             {n: c["metadata"]["uid"] for n, c in claims.items()},
             {
-                c["name"]: [(r["name"], r.get("request")) for r in _claim_refs(c)]
+                c["name"]: [
+                    *((r["name"], r.get("request")) for r in _claim_refs(c)),
+                    *extended_requests(pod, c),
+                ]
                 for c in [*(pod["spec"].get("initContainers") or []), *pod["spec"]["containers"]]
             },
         )

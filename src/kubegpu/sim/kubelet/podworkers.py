@@ -47,7 +47,7 @@ from kubegpu.sim.inprocess import (
     in_process_command,
 )
 from kubegpu.sim.kubelet.devicemanager import AdmissionError, ContainerAllocation, DeviceManager
-from kubegpu.sim.kubelet.dramanager import DraManager, read_cdi_specs
+from kubegpu.sim.kubelet.dramanager import DraManager, dra_backed_resources, read_cdi_specs
 from kubegpu.sim.kubelet.mounted import MountedObjects, ObjectKey
 from kubegpu.sim.kubelet.podchecks import container_refusal
 from kubegpu.sim.kubelet.podenv import base_env, container_env, field_value
@@ -355,6 +355,7 @@ class PodRunner:
                     ),
                 ).items()
                 if not self.node.devices.is_device_resource(k)
+                and k not in dra_backed_resources(self.pod, c.name)  # a DRA claim serves it
             }
             if unknown:
                 name = next(iter(unknown))
