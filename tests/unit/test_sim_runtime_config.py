@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kubegpu.sim.cluster import ClusterFileError, SimCluster, load_cluster
 from kubegpu.sim.runtime.config import (
     Runtime,
     RuntimeConfigError,
@@ -133,3 +134,29 @@ def test_the_kubelet_event_wraps_the_runtime_error() -> None:
     assert sandbox_event_message("boom") == (
         "Failed to create pod sandbox: rpc error: code = Unknown desc = boom"
     )
+
+
+def test_a_cluster_file_chooses_each_nodes_runtime(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "name: c\n"
+        "nodes:\n"
+        "- name: a\n"
+        "  gpus: h100-80gb:1\n"
+        "- name: b\n"
+        "  runtime: {name: cri-o, version: 1.30.2, strict: true}\n"
+    )
+    configs = SimCluster(load_cluster(path), tmp_path / "work").node_configs()
+    assert [c.runtime for c in configs] == [
+        RuntimeOptions("containerd", "", False),
+        RuntimeOptions("cri-o", "1.30.2", True),
+    ]
+
+
+def test_a_cluster_file_with_an_unknown_runtime_names_file_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text("name: c\nnodes:\n- name: a\n  runtime: {name: docker}\n")
+    with pytest.raises(ClusterFileError) as err:
+        load_cluster(path)
+    assert "cluster.yaml" in str(err.value) and "runtime" in str(err.value)
+    assert "docker" in str(err.value)
