@@ -14,7 +14,7 @@ import time
 
 import yaml
 
-from kubegpu.cli import plan_snapshot as ps
+from kubegpu.replan import from_snapshot as ps
 from kubegpu.doctor.snapshot import ConfigMapInfo, NodeInfo, PodInfo, Snapshot
 from kubegpu.plan import make_plan
 
