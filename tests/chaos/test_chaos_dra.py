@@ -73,7 +73,7 @@ async def dra_chaos(
         for name, (device_class, cel) in TEMPLATES.items():
             body = claim_template(name, [("gpu", device_class, cel)])
             await client.create(
-                ResourceClaimTemplate.from_dict(body),  # type: ignore[attr-defined]
+                ResourceClaimTemplate.from_dict(body),
                 namespace=NAMESPACE,
             )
         async with dra_cluster(
@@ -139,7 +139,7 @@ async def plugin_killed_mid_prepare(chaos: DraChaos, rng: random.Random) -> Faul
         for name, template in zip(pods, kinds, strict=True):
             body = claim_pod(name, {"gpu": template}, node=DRA_NODE)
             await chaos.client.create(
-                cast(Pod, Pod.from_dict(body)),  # type: ignore[attr-defined]
+                cast(Pod, Pod.from_dict(body)),
                 namespace=NAMESPACE,
             )
 

@@ -50,7 +50,7 @@ def out(tmp_path: Path) -> Path:
 def validator(node: SimNvml, out: Path, component: str, **kw: object) -> Validator:
     settings = ValidatorSettings(
         component=component, output_dir=out, cdi_dirs=(out.parent / "cdi",), **kw
-    )  # type: ignore[arg-type]
+    )
     return Validator(settings, sim_backend(node.store.path))
 
 

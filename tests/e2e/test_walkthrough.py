@@ -229,7 +229,7 @@ async def test_the_smoke_test_pods_complete_and_their_logs_name_their_gpu(walk: 
         if "command" in how:
             container["command"] = how["command"]
         await walk.client.create(
-            Pod.from_dict(  # type: ignore[attr-defined]
+            Pod.from_dict(
                 {
                     "metadata": {"name": name, "namespace": "default"},
                     "spec": {

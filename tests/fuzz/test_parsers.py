@@ -269,7 +269,7 @@ def mutated(draw: st.DrawFn, base: dict[str, Any]) -> dict[str, Any]:
                     node.append(draw(VALUES))
                 break
             node = child
-    return doc  # type: ignore[no-any-return]
+    return doc
 
 
 def dump(doc: Any) -> str:

@@ -72,7 +72,7 @@ async def deploy(akube: AsyncClient, namespace: str) -> AsyncIterator[Callable[.
             )
         )
         cluster_objects.append((ClusterRoleBinding, name))
-        ds = DaemonSet.from_dict(  # type: ignore[attr-defined]
+        ds = DaemonSet.from_dict(
             {
                 "metadata": {"name": "nvidia-device-plugin"},
                 "spec": {
@@ -210,7 +210,7 @@ def gpu_pod(
         spec["volumes"] = [
             {"name": "out", "hostPath": {"path": "/srv/out", "type": "DirectoryOrCreate"}}
         ]
-    return Pod.from_dict({"metadata": {"name": name}, "spec": spec})  # type: ignore[attr-defined]
+    return Pod.from_dict({"metadata": {"name": name}, "spec": spec})
 
 
 async def test_mixed_mig_node_advertises_its_slices_and_pods_get_distinct_ones(
@@ -342,7 +342,7 @@ def smi_pod(name: str, resource: str | None, node_selector: dict[str, str]) -> A
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 0,
     }
-    return Pod.from_dict({"metadata": {"name": name}, "spec": spec})  # type: ignore[attr-defined]
+    return Pod.from_dict({"metadata": {"name": name}, "spec": spec})
 
 
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")

@@ -277,9 +277,7 @@ async def test_a_gpucluster_next_to_the_clusterpolicy_and_dra_next_to_the_device
 ) -> None:
     before = await baseline(stack)
     await stack.client.create(
-        GPUClusterResource.from_dict(
-            {"metadata": {"name": "gpu-cluster"}, "spec": {}}  # type: ignore[arg-type]
-        )
+        GPUClusterResource.from_dict({"metadata": {"name": "gpu-cluster"}, "spec": {}})
     )
     # a driver below the DRA minimum on the RTX node, seen by GFD when it starts again
     node = stack.nodes[RTX_NODE]

@@ -63,15 +63,13 @@ async def _publish(
             **body,
         }
         await akube.create(
-            ResourceSlice.from_dict(  # type: ignore[attr-defined]
-                {"metadata": {"name": f"{driver}-{node}-{i}"}, "spec": spec}
-            )
+            ResourceSlice.from_dict({"metadata": {"name": f"{driver}-{node}-{i}"}, "spec": spec})
         )
 
 
 async def _class_and_template(akube: AsyncClient, driver: str, namespace: str) -> None:
     await akube.create(
-        DeviceClass.from_dict(  # type: ignore[attr-defined]
+        DeviceClass.from_dict(
             {
                 "metadata": {"name": driver},
                 "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]},
@@ -80,7 +78,7 @@ async def _class_and_template(akube: AsyncClient, driver: str, namespace: str) -
     )
     for kind in ("whole", "half"):
         await akube.create(
-            ResourceClaimTemplate.from_dict(  # type: ignore[attr-defined]
+            ResourceClaimTemplate.from_dict(
                 {
                     "metadata": {"name": kind},
                     "spec": {
@@ -114,7 +112,7 @@ async def _class_and_template(akube: AsyncClient, driver: str, namespace: str) -
 
 
 def _claim_pod(name: str, node: str, template: str) -> Any:
-    return Pod.from_dict(  # type: ignore[attr-defined]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {

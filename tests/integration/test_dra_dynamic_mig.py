@@ -60,7 +60,7 @@ async def test_the_scheduler_allocates_a_mig_device_that_prepare_creates(
     assert "gpu-0-mig-3g40gb-9-4" in names
 
     await akube.create(
-        ResourceClaimTemplate.from_dict(  # type: ignore[attr-defined]
+        ResourceClaimTemplate.from_dict(
             {
                 "metadata": {"name": "half-gpu"},
                 "spec": {
@@ -92,7 +92,7 @@ async def test_the_scheduler_allocates_a_mig_device_that_prepare_creates(
     pods = ("first", "second")
     for name in pods:
         await akube.create(
-            Pod.from_dict(  # type: ignore[attr-defined]
+            Pod.from_dict(
                 {
                     "metadata": {"name": name},
                     "spec": {

@@ -101,7 +101,7 @@ async def test_an_example_claim_is_allocated_and_its_pod_sees_exactly_its_device
     for doc in pods:
         for container in doc["spec"]["containers"]:
             container["command"] = ["nvidia-smi", "-L"]
-        await akube.create(Pod.from_dict(doc), namespace=namespace)  # type: ignore[attr-defined]
+        await akube.create(Pod.from_dict(doc), namespace=namespace)
 
     for doc in pods:
         name = doc["metadata"]["name"]

@@ -91,12 +91,12 @@ async def test_claim_pods_carry_their_claims_dra_labels_on_their_devices_series(
     ]:
         body = claim_template(name, [("gpu", device_class, cel)])
         await akube.create(
-            ResourceClaimTemplate.from_dict(body),  # type: ignore[attr-defined]
+            ResourceClaimTemplate.from_dict(body),
             namespace=namespace,
         )
     for pod, template in [("trainer", "whole"), ("notebook", "small")]:
         await akube.create(
-            Pod.from_dict(claim_pod(pod, {"gpu": template})),  # type: ignore[attr-defined]
+            Pod.from_dict(claim_pod(pod, {"gpu": template})),
             namespace=namespace,
         )
 

@@ -49,7 +49,7 @@ async def node(
     for body in classes:
         with contextlib.suppress(ApiError):  # one left by another test: replace it
             await akube.delete(DeviceClass, body["metadata"]["name"])
-        await akube.create(DeviceClass.from_dict(body))  # type: ignore[attr-defined]
+        await akube.create(DeviceClass.from_dict(body))
     try:
         async with sim_gpu_node(control_plane, akube, NODE, "h200-nvl:2") as sim:
             with dra_plugin(sim, control_plane, tmp_path):
@@ -70,7 +70,7 @@ async def test_a_plain_nvidia_com_gpu_pod_runs_on_a_dra_node(
     devices = await wait_published(akube, NODE)
     uuids = {d["attributes"]["uuid"]["string"] for d in devices.values()}
     await akube.create(
-        Pod.from_dict(  # type: ignore[attr-defined]
+        Pod.from_dict(
             {
                 "metadata": {"name": "legacy"},
                 "spec": {

@@ -52,7 +52,7 @@ async def driver(akube: AsyncClient, namespace: str) -> AsyncIterator[str]:
     """A driver name of this test, its DeviceClass and a claim template `one` (one device)."""
     name = f"{namespace}.example.com"
     await akube.create(
-        DeviceClass.from_dict(  # type: ignore[attr-defined]
+        DeviceClass.from_dict(
             {
                 "metadata": {"name": name},
                 "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{name}'"}}]},
@@ -60,7 +60,7 @@ async def driver(akube: AsyncClient, namespace: str) -> AsyncIterator[str]:
         )
     )
     await akube.create(
-        ResourceClaimTemplate.from_dict(  # type: ignore[attr-defined]
+        ResourceClaimTemplate.from_dict(
             {
                 "metadata": {"name": "one"},
                 "spec": {
@@ -109,7 +109,7 @@ async def _slices(akube: AsyncClient, driver: str, node: str) -> list[Any]:
 
 
 def _claim_pod(name: str, node: str) -> Any:
-    return Pod.from_dict(  # type: ignore[attr-defined]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {
@@ -152,7 +152,7 @@ async def test_a_plugin_registers_and_a_restarted_kubelet_gets_its_slices_again(
             "devices": [{"name": "old-0"}],
         },
     }
-    await akube.create(ResourceSlice.from_dict(stale))  # type: ignore[attr-defined]
+    await akube.create(ResourceSlice.from_dict(stale))
     node = await make_node("dra-reg")
     assert await _slices(akube, driver, node.name) == []
 
@@ -296,7 +296,7 @@ async def test_a_claim_shared_by_two_pods_is_prepared_once_and_unprepared_after_
     plugin = await _plugin(plugins, akube, node, driver)
     await eventually(lambda: _slices(akube, driver, node.name))
     await akube.create(
-        ResourceClaim.from_dict(  # type: ignore[attr-defined]
+        ResourceClaim.from_dict(
             {
                 "metadata": {"name": "shared"},
                 "spec": {
@@ -313,7 +313,7 @@ async def test_a_claim_shared_by_two_pods_is_prepared_once_and_unprepared_after_
         pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
         sidecar = {**pod["spec"]["containers"][0], "name": "sidecar"}
         pod["spec"]["containers"].append(sidecar)
-        await akube.create(Pod.from_dict(pod), namespace=namespace)  # type: ignore[attr-defined]
+        await akube.create(Pod.from_dict(pod), namespace=namespace)
     for name in ("first", "second"):
         await eventually(lambda n=name: _running(akube, n, namespace), timeout=60)
     assert plugin.prepare_calls == [["shared"]]

@@ -68,7 +68,7 @@ async def test_the_real_plugin_serves_a_claim_end_to_end(
     await eventually(registered, timeout=30)
 
     await akube.create(
-        ResourceClaimTemplate.from_dict(  # type: ignore[attr-defined]
+        ResourceClaimTemplate.from_dict(
             {
                 "metadata": {"name": "one-gpu"},
                 "spec": {
@@ -85,7 +85,7 @@ async def test_the_real_plugin_serves_a_claim_end_to_end(
         namespace=namespace,
     )
     await akube.create(
-        Pod.from_dict(  # type: ignore[attr-defined]
+        Pod.from_dict(
             {
                 "metadata": {"name": "trainer"},
                 "spec": {
@@ -163,7 +163,7 @@ async def test_nvidia_smi_in_a_claim_pod_lists_only_the_claimed_gpu(
         for d in s["spec"].get("devices") or []
     }
     await akube.create(
-        ResourceClaimTemplate.from_dict(  # type: ignore[attr-defined]
+        ResourceClaimTemplate.from_dict(
             {
                 "metadata": {"name": "one-gpu"},
                 "spec": {
@@ -180,7 +180,7 @@ async def test_nvidia_smi_in_a_claim_pod_lists_only_the_claimed_gpu(
         namespace=namespace,
     )
     await akube.create(
-        Pod.from_dict(  # type: ignore[attr-defined]
+        Pod.from_dict(
             {
                 "metadata": {"name": "smi"},
                 "spec": {

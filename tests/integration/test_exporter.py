@@ -27,7 +27,7 @@ NODE = "sim-exporter"
 
 
 def workload(name: str, resource: str) -> Any:
-    return Pod.from_dict(  # type: ignore[attr-defined]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {

@@ -120,7 +120,7 @@ async def env(
 def _operand(node: str, operand: str) -> DaemonSet:
     """A DaemonSet that runs on `node` while nvidia.com/gpu.deploy.<operand>=true."""
     app = f"{operand}-{node}"
-    return DaemonSet.from_dict(  # type: ignore[attr-defined]
+    return DaemonSet.from_dict(
         {
             "metadata": {"name": app},
             "spec": {
@@ -354,7 +354,7 @@ async def test_a_gpu_a_workload_pod_holds_is_not_repartitioned(
     plugin = FakePlugin(node.devices.plugin_dir, "nvidia.com/gpu", uuids)
     await plugin.start()
     try:
-        workload = Pod.from_dict(  # type: ignore[attr-defined]
+        workload = Pod.from_dict(
             {
                 "metadata": {"name": "trainer"},
                 "spec": {
@@ -426,7 +426,7 @@ async def test_operand_pods_that_do_not_go_fail_the_change_and_restore_the_label
     e = await env("mm-stuck", pods_timeout_s=1.0)
     node: SimNode = e["node"]
     # a pod that needs the device-plugin label but that no controller removes
-    stuck = Pod.from_dict(  # type: ignore[attr-defined]
+    stuck = Pod.from_dict(
         {
             "metadata": {"name": "stuck-client"},
             "spec": {

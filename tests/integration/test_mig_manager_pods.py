@@ -74,7 +74,7 @@ def daemonset(
     for i, (vol, path) in enumerate(extra_volumes or []):
         volumes.append({"name": f"x{i}", **vol})
         mounts.append({"name": f"x{i}", "mountPath": path})
-    return DaemonSet.from_dict(  # type: ignore[attr-defined]
+    return DaemonSet.from_dict(
         {
             "metadata": {"name": app},
             "spec": {
@@ -362,7 +362,7 @@ async def test_single_strategy_and_a_gpu_held_by_a_workload(
         mig_manager(),
     )
     await advertises(akube, node.name, {"nvidia.com/gpu": "8"})
-    workload = Pod.from_dict(  # type: ignore[attr-defined]
+    workload = Pod.from_dict(
         {
             "metadata": {"name": "trainer"},
             "spec": {

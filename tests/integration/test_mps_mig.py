@@ -64,7 +64,7 @@ async def node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[SimNode]
 
 
 def component(name: str, command: list[str]) -> DaemonSet:
-    return DaemonSet.from_dict(  # type: ignore[attr-defined,no-any-return]
+    return DaemonSet.from_dict(
         {
             "metadata": {"name": name},
             "spec": {
@@ -159,7 +159,7 @@ def probe(name: str, resource: str) -> Pod:
         f"env | grep -E '^(CUDA_MPS_|NVIDIA_VISIBLE_DEVICES=)' | sort > /out/.{name}; "
         f"mv /out/.{name} /out/{name}; exec sleep 3600"
     )
-    return Pod.from_dict(  # type: ignore[attr-defined,no-any-return]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {

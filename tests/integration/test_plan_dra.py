@@ -140,7 +140,7 @@ async def test_the_planned_claims_are_allocated_where_the_plan_put_them(
         for g in gs:
             for name in g["pods"]:
                 pods[name] = (workload, g)
-                await akube.create(Pod.from_dict(_pod(name, g["spec"])), namespace=namespace)  # type: ignore[attr-defined]
+                await akube.create(Pod.from_dict(_pod(name, g["spec"])), namespace=namespace)
     assert len(pods) == sum(w.placed for w in plan.workloads) == 11
 
     devices = {n: await published_devices(akube, n) for n in cluster.nodes}

@@ -65,7 +65,7 @@ async def test_pending_pods_for_a_missing_profile_get_the_fewest_gpus_relabelled
     cluster: Cluster,
 ) -> None:
     await cluster.akube.create(
-        ConfigMap.from_dict(  # type: ignore[attr-defined]
+        ConfigMap.from_dict(
             {
                 "metadata": {"name": nvidia.MIG_PARTED_DEFAULT_CONFIGMAP},
                 "data": {"config.yaml": MIG_LAYOUTS},

@@ -117,7 +117,7 @@ def workload(
         env.append({"name": ENV_MEMORY, "value": str(memory_mib)})
     if sm is not None:
         env.append({"name": ENV_SM, "value": str(sm)})
-    return Pod.from_dict(  # type: ignore[attr-defined]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {

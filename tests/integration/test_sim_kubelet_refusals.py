@@ -37,7 +37,7 @@ async def node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[SimNode]
 
 def daemonset(name: str, image: str) -> Any:
     labels = {"app": name}
-    return DaemonSet.from_dict(  # type: ignore[attr-defined]
+    return DaemonSet.from_dict(
         {
             "metadata": {"name": name},
             "spec": {
@@ -95,11 +95,11 @@ async def test_an_env_key_a_configmap_lacks_is_create_container_config_error(
     node: SimNode, akube: AsyncClient, namespace: str
 ) -> None:
     await akube.create(
-        ConfigMap.from_dict({"metadata": {"name": "settings"}, "data": {"present": "1"}}),  # type: ignore[attr-defined]
+        ConfigMap.from_dict({"metadata": {"name": "settings"}, "data": {"present": "1"}}),
         namespace=namespace,
     )
     ref = {"configMapKeyRef": {"name": "settings", "key": "absent"}}
-    pod = Pod.from_dict(  # type: ignore[attr-defined]
+    pod = Pod.from_dict(
         {
             "metadata": {"name": "needs-key", "labels": {"app": "needs-key"}},
             "spec": {

@@ -51,7 +51,7 @@ def workload(name: str, image: str, command: list[str] | None, gpus: int = 1) ->
         container["command"] = command
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
-    return Pod.from_dict(  # type: ignore[attr-defined,no-any-return]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {
@@ -141,7 +141,7 @@ async def test_each_node_has_its_own_address_for_host_network_pods(
             internal = [a.address for a in n.status.addresses if a.type == "InternalIP"]
             assert internal == [node.address]
             await akube.create(
-                Pod.from_dict(  # type: ignore[attr-defined]
+                Pod.from_dict(
                     {
                         "metadata": {"name": f"status-{i}"},
                         "spec": {

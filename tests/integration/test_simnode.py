@@ -54,7 +54,7 @@ def _pod(
     container: dict[str, Any] = {"name": "main", "image": "registry.example/workload:1"}
     if resources:
         container["resources"] = {"limits": resources}
-    return Pod.from_dict(  # type: ignore[attr-defined]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {"containers": [container], "nodeSelector": node_selector, **spec},
@@ -201,7 +201,7 @@ async def test_daemonset_pods_run_as_processes_with_env_and_volumes(
     a = await make_node("sim-ds-a", labels={"role": "ds"})
     b = await make_node("sim-ds-b", labels={"role": "ds"})
     other = await make_node("sim-ds-other")
-    ds = DaemonSet.from_dict(  # type: ignore[attr-defined]
+    ds = DaemonSet.from_dict(
         {
             "metadata": {"name": "probe"},
             "spec": {
@@ -318,7 +318,7 @@ async def test_pods_get_configmaps_kept_current_and_a_working_service_account(
         "    pathlib.Path('/data/seen').write_text(pathlib.Path('/etc/cfg/colour').read_text())\n"
         "    time.sleep(0.2)\n"
     )
-    pod = Pod.from_dict(  # type: ignore[attr-defined]
+    pod = Pod.from_dict(
         {
             "metadata": {"name": "reader"},
             "spec": {
@@ -391,7 +391,7 @@ async def test_a_crashing_container_is_restarted_with_backoff(
     make_node: MakeNode, akube: AsyncClient, namespace: str
 ) -> None:
     await make_node("sim-crash")
-    pod = Pod.from_dict(  # type: ignore[attr-defined]
+    pod = Pod.from_dict(
         {
             "metadata": {"name": "crasher"},
             "spec": {
@@ -411,7 +411,7 @@ async def test_a_crashing_container_is_restarted_with_backoff(
 
     status = await eventually(restarted_twice, timeout=30)
     assert status.lastState.terminated.exitCode == 3
-    never = Pod.from_dict(  # type: ignore[attr-defined]
+    never = Pod.from_dict(
         {
             "metadata": {"name": "once"},
             "spec": {
@@ -436,7 +436,7 @@ async def test_a_pod_status_someone_else_changed_is_written_again(
     simulated nodes one driver pod stayed Ready=False for good, and the ClusterPolicy with
     it). A status that matches the kubelet's view is left alone: no write loop."""
     await make_node("sim-resync")
-    pod = Pod.from_dict(  # type: ignore[attr-defined]
+    pod = Pod.from_dict(
         {
             "metadata": {"name": "steady"},
             "spec": {

@@ -50,7 +50,7 @@ class RefusingPlugin(FakePlugin):
     """A plugin that refuses more than one device per container, as NVIDIA's does for
     shared replicas with failRequestsGreaterThanOne."""
 
-    async def Allocate(self, request, context):  # type: ignore[no-untyped-def]
+    async def Allocate(self, request, context):
         for req in request.container_requests:
             if len(req.devices_ids) > 1:
                 await context.abort(
@@ -130,7 +130,7 @@ class Cluster:
             spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
             spec["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
         await self.akube.create(
-            Pod.from_dict({"metadata": {"name": name}, "spec": spec}),  # type: ignore[attr-defined]
+            Pod.from_dict({"metadata": {"name": name}, "spec": spec}),
             namespace=self.namespace,
         )
         return f"{self.namespace}/{name}"
@@ -249,7 +249,7 @@ async def test_a_mig_reconfiguration_pending_on_the_only_node_that_fits(
     cluster: Cluster, akube: AsyncClient
 ) -> None:
     await akube.create(
-        ConfigMap.from_dict(  # type: ignore[attr-defined]
+        ConfigMap.from_dict(
             {
                 "metadata": {"name": nvidia.MIG_PARTED_DEFAULT_CONFIGMAP},
                 "data": {"config.yaml": MIG_LAYOUTS},
@@ -274,7 +274,7 @@ async def test_a_dra_selector_no_published_device_satisfies(
         for i in range(2)
     ]
     await akube.create(
-        ResourceSlice.from_dict(  # type: ignore[attr-defined]
+        ResourceSlice.from_dict(
             {
                 "metadata": {"name": f"{driver}-{a}"},
                 "spec": {
@@ -287,7 +287,7 @@ async def test_a_dra_selector_no_published_device_satisfies(
         )
     )
     await akube.create(
-        DeviceClass.from_dict(  # type: ignore[attr-defined]
+        DeviceClass.from_dict(
             {
                 "metadata": {"name": driver},
                 "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]},
@@ -297,7 +297,7 @@ async def test_a_dra_selector_no_published_device_satisfies(
     try:
         want = f"device.attributes['{driver}'].productName == 'NVIDIA H200'"
         await akube.create(
-            ResourceClaim.from_dict(  # type: ignore[attr-defined]
+            ResourceClaim.from_dict(
                 {
                     "metadata": {"name": "h200"},
                     "spec": {
