@@ -30,7 +30,7 @@ def _name(key: str) -> str:
     return key.replace("nvidia__", "nvidia.com__").replace("__", "/").replace("_", "-")
 
 
-def node(name: str, labels: dict[str, str] | None = None, **alloc: str) -> NodeInfo:
+def node(name: str, labels: dict[str, str] | None = None, /, **alloc: str) -> NodeInfo:
     resources = {_name(k): v for k, v in alloc.items()}
     return NodeInfo(
         name=name,
