@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -47,7 +48,7 @@ def out(tmp_path: Path) -> Path:
     return tmp_path / "validations"
 
 
-def validator(node: SimNvml, out: Path, component: str, **kw: object) -> Validator:
+def validator(node: SimNvml, out: Path, component: str, **kw: Any) -> Validator:
     settings = ValidatorSettings(
         component=component, output_dir=out, cdi_dirs=(out.parent / "cdi",), **kw
     )

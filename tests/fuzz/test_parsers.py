@@ -450,4 +450,8 @@ def test_huge_values_give_short_errors(name: str, size: int) -> None:
     parse, errors = PARSERS[name]
     size = size if size > 0 else (PLAN_LIMITS if name == "plan" else DEFAULT_LIMITS).max_bytes
     for key in ("version", "name", "nodes"):
-        outcome(lambda k=key: parse(f"{k}: {'v' * size}\n", "huge.yaml"), errors)
+
+        def huge(k: str = key) -> object:
+            return parse(f"{k}: {'v' * size}\n", "huge.yaml")
+
+        outcome(huge, errors)
