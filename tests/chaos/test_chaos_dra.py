@@ -72,7 +72,7 @@ async def dra_chaos(
         await _service_account(client)
         for name, (device_class, cel) in TEMPLATES.items():
             body = claim_template(name, [("gpu", device_class, cel)])
-            await client.create(
+            await client.create(  # type: ignore[call-overload]
                 ResourceClaimTemplate.from_dict(body),
                 namespace=NAMESPACE,
             )
@@ -138,7 +138,7 @@ async def plugin_killed_mid_prepare(chaos: DraChaos, rng: random.Random) -> Faul
         pods = [f"{prefix}-{i}" for i in range(n)]
         for name, template in zip(pods, kinds, strict=True):
             body = claim_pod(name, {"gpu": template}, node=DRA_NODE)
-            await chaos.client.create(
+            await chaos.client.create(  # type: ignore[call-overload]
                 cast(Pod, Pod.from_dict(body)),
                 namespace=NAMESPACE,
             )

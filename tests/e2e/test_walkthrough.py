@@ -167,7 +167,7 @@ async def test_a_mig_change_that_removes_devices_with_a_strategy_patch_right_aft
 async def test_switching_the_mig_configmap_and_labelling_at_once_never_fails(
     walk: E2EStack,
 ) -> None:
-    await walk.client.create(
+    await walk.client.create(  # type: ignore[call-overload]
         ConfigMap(
             metadata=ObjectMeta(name="custom-mig-config"),
             data={"config.yaml": (EXAMPLES / "inference-mix.yaml").read_text()},
@@ -228,7 +228,7 @@ async def test_the_smoke_test_pods_complete_and_their_logs_name_their_gpu(walk: 
         }
         if "command" in how:
             container["command"] = how["command"]
-        await walk.client.create(
+        await walk.client.create(  # type: ignore[call-overload]
             Pod.from_dict(
                 {
                     "metadata": {"name": name, "namespace": "default"},

@@ -109,7 +109,7 @@ class FakeDraPlugin(reg_grpc.RegistrationServicer, dra_grpc.DRAPluginServicer):
             },
         }
         try:
-            await self.client.create(ResourceSlice.from_dict(body))
+            await self.client.create(ResourceSlice.from_dict(body))  # type: ignore[call-overload]
         except ApiError as exc:
             if exc.status.code != 409:
                 raise

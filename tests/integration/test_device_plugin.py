@@ -49,7 +49,7 @@ async def deploy(akube: AsyncClient, namespace: str) -> AsyncIterator[Callable[.
 
     async def install(node_selector: dict[str, str], configs: dict[str, str], default: str) -> None:
         name = f"kubegpu-dp-{uuid.uuid4().hex[:6]}"
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             ConfigMap(metadata=ObjectMeta(name="dp-configs"), data=configs), namespace=namespace
         )
         await akube.create(
@@ -136,7 +136,7 @@ async def deploy(akube: AsyncClient, namespace: str) -> AsyncIterator[Callable[.
                 },
             }
         )
-        await akube.create(ds, namespace=namespace)
+        await akube.create(ds, namespace=namespace)  # type: ignore[call-overload]
 
     yield install
     with contextlib.suppress(ApiError):
@@ -229,11 +229,11 @@ async def test_mixed_mig_node_advertises_its_slices_and_pods_get_distinct_ones(
     await until_allocatable(akube, "dp-mig", "nvidia.com/mig-1g.18gb", "56")
 
     for i in range(3):
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             gpu_pod(f"slice-{i}", "nvidia.com/mig-1g.18gb", {"dp": "mig"}, probe=True),
             namespace=namespace,
         )
-    await akube.create(gpu_pod("no-gpu", None, {"dp": "mig"}, probe=True), namespace=namespace)
+    await akube.create(gpu_pod("no-gpu", None, {"dp": "mig"}, probe=True), namespace=namespace)  # type: ignore[call-overload]
     out = node.root / "srv/out"
 
     async def all_written() -> bool:
@@ -286,7 +286,7 @@ async def test_time_slicing_health_kubelet_restart_and_relabel_on_an_l4_node(
 
     # 16 replicas: 16 pods run, the 17th stays Pending
     for i in range(17):
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             gpu_pod(f"ts-{i:02d}", "nvidia.com/gpu", {"dp": "ts"}), namespace=namespace
         )
 
@@ -384,7 +384,7 @@ async def test_a_pod_without_a_gpu_request_sees_no_gpu_in_every_device_list_stra
             "smi-none": smi_pod(f"smi-none-{strategy}", None, where),
         }
         for pod in names.values():
-            await akube.create(pod, namespace=namespace)
+            await akube.create(pod, namespace=namespace)  # type: ignore[call-overload]
 
         async def finished(strategy: str = strategy) -> dict[str, int]:
             for name in (f"gpu-{strategy}", f"none-{strategy}"):

@@ -62,13 +62,13 @@ async def _publish(
             "pool": {"name": node, "generation": 1, "resourceSliceCount": len(slices)},
             **body,
         }
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             ResourceSlice.from_dict({"metadata": {"name": f"{driver}-{node}-{i}"}, "spec": spec})
         )
 
 
 async def _class_and_template(akube: AsyncClient, driver: str, namespace: str) -> None:
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         DeviceClass.from_dict(
             {
                 "metadata": {"name": driver},
@@ -77,7 +77,7 @@ async def _class_and_template(akube: AsyncClient, driver: str, namespace: str) -
         )
     )
     for kind in ("whole", "half"):
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             ResourceClaimTemplate.from_dict(
                 {
                     "metadata": {"name": kind},
@@ -171,7 +171,7 @@ async def test_the_scheduler_allocates_claims_against_slices_with_shared_counter
         ]
         assert any(s["spec"].get("sharedCounters") for s in slices), slices
 
-        await akube.create(_claim_pod("half-a", node, "half"), namespace=namespace)
+        await akube.create(_claim_pod("half-a", node, "half"), namespace=namespace)  # type: ignore[call-overload]
 
         async def allocated_half() -> dict[str, Any] | None:
             claim = await _pod_claim(akube, "half-a", namespace)
@@ -186,7 +186,7 @@ async def test_the_scheduler_allocates_claims_against_slices_with_shared_counter
         assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
 
         # the whole device shares the counters a half already uses: it cannot be allocated
-        await akube.create(_claim_pod("whole-a", node, "whole"), namespace=namespace)
+        await akube.create(_claim_pod("whole-a", node, "whole"), namespace=namespace)  # type: ignore[call-overload]
 
         async def unschedulable() -> bool:
             data = (await akube.get(Pod, "whole-a", namespace=namespace)).to_dict()
@@ -198,7 +198,7 @@ async def test_the_scheduler_allocates_claims_against_slices_with_shared_counter
 
         await eventually(unschedulable, timeout=60)
         # the second half still fits next to the first
-        await akube.create(_claim_pod("half-b", node, "half"), namespace=namespace)
+        await akube.create(_claim_pod("half-b", node, "half"), namespace=namespace)  # type: ignore[call-overload]
 
         async def second_half() -> str | None:
             c = await _pod_claim(akube, "half-b", namespace)

@@ -59,7 +59,7 @@ async def test_the_scheduler_allocates_a_mig_device_that_prepare_creates(
     names = {d["name"] for s in published for d in s["spec"].get("devices") or []}
     assert "gpu-0-mig-3g40gb-9-4" in names
 
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ResourceClaimTemplate.from_dict(
             {
                 "metadata": {"name": "half-gpu"},
@@ -91,7 +91,7 @@ async def test_the_scheduler_allocates_a_mig_device_that_prepare_creates(
     )
     pods = ("first", "second")
     for name in pods:
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             Pod.from_dict(
                 {
                     "metadata": {"name": name},

@@ -97,11 +97,11 @@ async def test_an_example_claim_is_allocated_and_its_pod_sees_exactly_its_device
     for doc in docs:
         kinds = {"ResourceClaimTemplate": ResourceClaimTemplate, "ResourceClaim": ResourceClaim}
         if doc["kind"] in kinds:
-            await akube.create(kinds[doc["kind"]].from_dict(doc), namespace=namespace)
+            await akube.create(kinds[doc["kind"]].from_dict(doc), namespace=namespace)  # type: ignore[call-overload]
     for doc in pods:
         for container in doc["spec"]["containers"]:
             container["command"] = ["nvidia-smi", "-L"]
-        await akube.create(Pod.from_dict(doc), namespace=namespace)
+        await akube.create(Pod.from_dict(doc), namespace=namespace)  # type: ignore[call-overload]
 
     for doc in pods:
         name = doc["metadata"]["name"]

@@ -90,12 +90,12 @@ async def test_claim_pods_carry_their_claims_dra_labels_on_their_devices_series(
         ),
     ]:
         body = claim_template(name, [("gpu", device_class, cel)])
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             ResourceClaimTemplate.from_dict(body),
             namespace=namespace,
         )
     for pod, template in [("trainer", "whole"), ("notebook", "small")]:
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             Pod.from_dict(claim_pod(pod, {"gpu": template})),
             namespace=namespace,
         )

@@ -49,7 +49,7 @@ async def node(
     for body in classes:
         with contextlib.suppress(ApiError):  # one left by another test: replace it
             await akube.delete(DeviceClass, body["metadata"]["name"])
-        await akube.create(DeviceClass.from_dict(body))
+        await akube.create(DeviceClass.from_dict(body))  # type: ignore[call-overload]
     try:
         async with sim_gpu_node(control_plane, akube, NODE, "h200-nvl:2") as sim:
             with dra_plugin(sim, control_plane, tmp_path):
@@ -69,7 +69,7 @@ async def test_a_plain_nvidia_com_gpu_pod_runs_on_a_dra_node(
     assert nvidia.GPU_RESOURCE not in capacity  # no device plugin on a DRA node
     devices = await wait_published(akube, NODE)
     uuids = {d["attributes"]["uuid"]["string"] for d in devices.values()}
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         Pod.from_dict(
             {
                 "metadata": {"name": "legacy"},

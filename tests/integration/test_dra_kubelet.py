@@ -51,7 +51,7 @@ def make_node(sim_nodes: SimNodes) -> MakeNode:
 async def driver(akube: AsyncClient, namespace: str) -> AsyncIterator[str]:
     """A driver name of this test, its DeviceClass and a claim template `one` (one device)."""
     name = f"{namespace}.example.com"
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         DeviceClass.from_dict(
             {
                 "metadata": {"name": name},
@@ -59,7 +59,7 @@ async def driver(akube: AsyncClient, namespace: str) -> AsyncIterator[str]:
             }
         )
     )
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ResourceClaimTemplate.from_dict(
             {
                 "metadata": {"name": "one"},
@@ -152,7 +152,7 @@ async def test_a_plugin_registers_and_a_restarted_kubelet_gets_its_slices_again(
             "devices": [{"name": "old-0"}],
         },
     }
-    await akube.create(ResourceSlice.from_dict(stale))
+    await akube.create(ResourceSlice.from_dict(stale))  # type: ignore[call-overload]
     node = await make_node("dra-reg")
     assert await _slices(akube, driver, node.name) == []
 
@@ -201,7 +201,7 @@ async def test_claims_are_prepared_before_the_pod_runs_and_unprepared_after_it(
     node = await make_node("dra-pods")
     plugin = await _plugin(plugins, akube, node, driver)
     await eventually(lambda: _slices(akube, driver, node.name))
-    await akube.create(_claim_pod("uses-claim", node.name), namespace=namespace)
+    await akube.create(_claim_pod("uses-claim", node.name), namespace=namespace)  # type: ignore[call-overload]
 
     pod = await eventually(lambda: _running(akube, "uses-claim", namespace), timeout=60)
     (claim_status,) = pod.status.resourceClaimStatuses
@@ -243,7 +243,7 @@ async def test_a_failed_prepare_keeps_the_pod_waiting_and_is_retried(
     node = await make_node("dra-fails")
     plugin = await _plugin(plugins, akube, node, driver, fail_prepare="device dev-0 is on fire")
     await eventually(lambda: _slices(akube, driver, node.name))
-    await akube.create(_claim_pod("waits", node.name), namespace=namespace)
+    await akube.create(_claim_pod("waits", node.name), namespace=namespace)  # type: ignore[call-overload]
 
     async def reported() -> list[Any]:
         return [
@@ -295,7 +295,7 @@ async def test_a_claim_shared_by_two_pods_is_prepared_once_and_unprepared_after_
     node = await make_node("dra-shared")
     plugin = await _plugin(plugins, akube, node, driver)
     await eventually(lambda: _slices(akube, driver, node.name))
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ResourceClaim.from_dict(
             {
                 "metadata": {"name": "shared"},
@@ -313,7 +313,7 @@ async def test_a_claim_shared_by_two_pods_is_prepared_once_and_unprepared_after_
         pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
         sidecar = {**pod["spec"]["containers"][0], "name": "sidecar"}
         pod["spec"]["containers"].append(sidecar)
-        await akube.create(Pod.from_dict(pod), namespace=namespace)
+        await akube.create(Pod.from_dict(pod), namespace=namespace)  # type: ignore[call-overload]
     for name in ("first", "second"):
         await eventually(lambda n=name: _running(akube, n, namespace), timeout=60)
     assert plugin.prepare_calls == [["shared"]]
@@ -347,7 +347,7 @@ async def test_a_failed_unprepare_is_retried_across_a_kubelet_restart(
     node = await make_node("dra-unprep")
     plugin = await _plugin(plugins, akube, node, driver, fail_unprepare="device busy")
     await eventually(lambda: _slices(akube, driver, node.name))
-    await akube.create(_claim_pod("done", node.name), namespace=namespace)
+    await akube.create(_claim_pod("done", node.name), namespace=namespace)  # type: ignore[call-overload]
     await eventually(lambda: _running(akube, "done", namespace), timeout=60)
     ((claim_uid, _),) = plugin.prepared.items()
 

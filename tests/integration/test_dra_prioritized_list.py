@@ -104,10 +104,10 @@ async def test_the_plugin_prepares_whichever_subrequest_the_scheduler_picked(
         d["attributes"]["uuid"]["string"]: d["attributes"]["profile"]["string"]
         for d in devices.values()
     }
-    await akube.create(from_dict(TEMPLATE), namespace=namespace)
+    await akube.create(from_dict(TEMPLATE), namespace=namespace)  # type: ignore[call-overload]
     got: dict[str, tuple[str, str]] = {}  # pod -> (result request, profile its container sees)
     for name in ("first", "second"):  # one after the other: the order decides who falls back
-        await akube.create(from_dict(pod(name)), namespace=namespace)
+        await akube.create(from_dict(pod(name)), namespace=namespace)  # type: ignore[call-overload]
 
         async def running(name: str = name) -> Any:
             p = await akube.get(Pod, name, namespace=namespace)

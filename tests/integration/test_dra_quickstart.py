@@ -76,7 +76,7 @@ async def run(akube: AsyncClient, cluster: DraCluster, namespace: str, spec: str
     """Apply the spec, wait for every pod to run, and read what each container got."""
     docs = load(spec)
     for d in docs:
-        await akube.create(from_dict(d), namespace=namespace)
+        await akube.create(from_dict(d), namespace=namespace)  # type: ignore[call-overload]
     pods = [d["metadata"]["name"] for d in docs if d["kind"] == "Pod"]
 
     async def all_running() -> list[Any] | None:

@@ -67,7 +67,7 @@ async def test_the_real_plugin_serves_a_claim_end_to_end(
 
     await eventually(registered, timeout=30)
 
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ResourceClaimTemplate.from_dict(
             {
                 "metadata": {"name": "one-gpu"},
@@ -84,7 +84,7 @@ async def test_the_real_plugin_serves_a_claim_end_to_end(
         ),
         namespace=namespace,
     )
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         Pod.from_dict(
             {
                 "metadata": {"name": "trainer"},
@@ -162,7 +162,7 @@ async def test_nvidia_smi_in_a_claim_pod_lists_only_the_claimed_gpu(
         for s in published
         for d in s["spec"].get("devices") or []
     }
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ResourceClaimTemplate.from_dict(
             {
                 "metadata": {"name": "one-gpu"},
@@ -179,7 +179,7 @@ async def test_nvidia_smi_in_a_claim_pod_lists_only_the_claimed_gpu(
         ),
         namespace=namespace,
     )
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         Pod.from_dict(
             {
                 "metadata": {"name": "smi"},

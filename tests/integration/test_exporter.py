@@ -111,7 +111,7 @@ async def test_pods_are_named_on_their_devices_series_and_their_devices_are_busy
                 ("infer-a", "nvidia.com/gpu.shared"),
                 ("infer-b", "nvidia.com/gpu.shared"),
             ]:
-                await akube.create(workload(name, resource), namespace=namespace)
+                await akube.create(workload(name, resource), namespace=namespace)  # type: ignore[call-overload]
 
             async def attributed() -> dict[str, list[Sample]]:
                 m = await scrape(exporter.port)

@@ -105,7 +105,7 @@ async def env(
             name, gpus=gpus, labels={**OPERAND_LABELS, **(labels or {})}, lease_interval_s=1.0
         )
         for operand in ("device-plugin", "gpu-feature-discovery", "dcgm-exporter"):
-            await akube.create(_operand(name, operand), namespace=namespace)
+            await akube.create(_operand(name, operand), namespace=namespace)  # type: ignore[call-overload]
         recorder = Recorder(akube, name)
         cleanups.append(recorder.stop)
         out: Env = {"node": node, "recorder": recorder, "namespace": namespace}
@@ -324,7 +324,7 @@ mig-configs:
     - {devices: [9], mig-enabled: true, mig-devices: {"7g.141gb": 1}}
 """
     e = await env(f"mm-refuse-{len(config)}", config_map="custom-mig", unknown_config_wait_s=0)
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="custom-mig"), data={"config.yaml": custom}),
         namespace=e["namespace"],
     )
@@ -369,7 +369,7 @@ async def test_a_gpu_a_workload_pod_holds_is_not_repartitioned(
                 },
             }
         )
-        await akube.create(workload, namespace=e["namespace"])
+        await akube.create(workload, namespace=e["namespace"])  # type: ignore[call-overload]
         await eventually(lambda: _running(akube, "trainer", e["namespace"]))
         (held,) = plugin.allocate_calls[-1]
         busy = uuids.index(held)
@@ -386,7 +386,7 @@ async def test_a_gpu_a_workload_pod_holds_is_not_repartitioned(
                 ],
             },
         }
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             ConfigMap(
                 metadata=ObjectMeta(name="around-the-busy-gpu"),
                 data={"config.yaml": yaml.safe_dump(config)},
@@ -436,7 +436,7 @@ async def test_operand_pods_that_do_not_go_fail_the_change_and_restore_the_label
             },
         }
     )
-    await akube.create(stuck, namespace=e["namespace"])
+    await akube.create(stuck, namespace=e["namespace"])  # type: ignore[call-overload]
     await eventually(lambda: _running(akube, "stuck-client", e["namespace"]))
     before = await deploy_labels(akube, node.name)
     await e["start"]()
@@ -554,7 +554,7 @@ async def test_the_inference_mix_example_from_a_configmap(
 ) -> None:
     e = await env("mm-mix", gpus="h200-nvl:4", config_map="custom-mig-config")
     text = (EXAMPLES / "inference-mix.yaml").read_text()
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="custom-mig-config"), data={"config.yaml": text}),
         namespace=e["namespace"],
     )
@@ -583,7 +583,7 @@ async def test_removing_the_state_label_retries_the_same_config(
         (EXAMPLES / "inference-mix.yaml").read_text().replace("[1, 2, 3]", "[1, 2, 3, 4, 5, 6, 7]")
     )
     text += '  all-1g.18gb: [{devices: all, mig-enabled: true, mig-devices: {"1g.18gb": 7}}]\n'
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="later"), data={"config.yaml": text}),
         namespace=e["namespace"],
     )
@@ -607,7 +607,7 @@ async def test_a_config_name_that_arrives_while_waiting_is_applied_and_never_fai
     """Patching the MIG ConfigMap's name and labelling the node at once: the label can name
     a config before the manager reads the ConfigMap that has it (issue 17)."""
     e = await env("mm-switch", gpus="h200-nvl:2", config_map="switching")
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="switching"), data={"config.yaml": SWITCHING}),
         namespace=e["namespace"],
     )
@@ -638,7 +638,7 @@ async def test_a_config_name_that_never_arrives_fails_after_the_wait_saying_so(
     env: Callable[..., Awaitable[Env]], akube: AsyncClient
 ) -> None:
     e = await env("mm-never", gpus="h200-nvl:1", config_map="switching")
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="switching"), data={"config.yaml": SWITCHING}),
         namespace=e["namespace"],
     )
@@ -658,7 +658,7 @@ async def test_a_new_label_ends_the_wait_for_a_missing_name(
     env: Callable[..., Awaitable[Env]], akube: AsyncClient
 ) -> None:
     e = await env("mm-changed", gpus="h200-nvl:1", config_map="switching")
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="switching"), data={"config.yaml": SWITCHING}),
         namespace=e["namespace"],
     )

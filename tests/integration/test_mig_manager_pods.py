@@ -207,7 +207,7 @@ async def cluster(control_plane: Any, akube: AsyncClient, namespace: str) -> Asy
         recorder = Recorder(akube, name)
         cleanups.append(recorder.stop)
         for ds in daemonsets:
-            await akube.create(ds, namespace=namespace)
+            await akube.create(ds, namespace=namespace)  # type: ignore[call-overload]
         return node, recorder
 
     yield make
@@ -377,7 +377,7 @@ async def test_single_strategy_and_a_gpu_held_by_a_workload(
             },
         }
     )
-    await akube.create(workload, namespace=namespace)
+    await akube.create(workload, namespace=namespace)  # type: ignore[call-overload]
 
     async def trainer_running() -> bool:
         p = await akube.get(Pod, "trainer", namespace=namespace)
@@ -428,7 +428,7 @@ async def test_with_reboot_a_reset_needing_model_goes_through_rebooting(
 async def test_a_custom_configmap_like_the_inference_mix_example_under_mixed(
     cluster: Cluster, akube: AsyncClient, namespace: str
 ) -> None:
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(
             metadata=ObjectMeta(name="custom-mig-config"),
             data={"config.yaml": (EXAMPLES / "inference-mix.yaml").read_text()},

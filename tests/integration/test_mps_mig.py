@@ -115,7 +115,7 @@ def component(name: str, command: list[str]) -> DaemonSet:
 async def stack(akube: AsyncClient, namespace: str) -> AsyncIterator[None]:
     """The device plugin and the MPS control daemon, reading the same named config."""
     name = f"kubegpu-mm-{uuid.uuid4().hex[:6]}"
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="mps-mig-configs"), data={"mps-mig": CONFIG}),
         namespace=namespace,
     )
@@ -137,11 +137,11 @@ async def stack(akube: AsyncClient, namespace: str) -> AsyncIterator[None]:
     )
     config = ["--config-dir", "/available-configs", "--default-config", "mps-mig"]
     poll = ["--poll-interval", "0.2"]
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         component("mps-daemon", ["kubegpu", "mps-control-daemon", *config, *poll]),
         namespace=namespace,
     )
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         component("dp", ["kubegpu", "device-plugin", *config, *poll]), namespace=namespace
     )
     yield
@@ -209,7 +209,7 @@ async def test_mps_inside_mig_instances_limits_and_fault_isolation(
     await eventually(advertised, timeout=90)
     pods = {"big-0": BIG, "big-1": BIG, "small-0": SMALL}
     for name, resource in pods.items():
-        await akube.create(probe(name, resource), namespace=namespace)
+        await akube.create(probe(name, resource), namespace=namespace)  # type: ignore[call-overload]
     out = node.root / "srv/out"
 
     async def written() -> bool:

@@ -133,14 +133,14 @@ async def test_the_planned_claims_are_allocated_where_the_plan_put_them(
     kinds = {"ResourceClaim": ResourceClaim, "ResourceClaimTemplate": ResourceClaimTemplate}
     claims = {d["metadata"]["name"]: d for d in yaml.safe_load_all(files["dra/claims.yaml"])}
     for doc in claims.values():
-        await akube.create(kinds[doc["kind"]].from_dict(doc), namespace=namespace)  # type: ignore[attr-defined]
+        await akube.create(kinds[doc["kind"]].from_dict(doc), namespace=namespace)  # type: ignore[attr-defined, call-overload]
     groups = yaml.safe_load(files["dra/pod-groups.yaml"])["workloads"]
     pods: dict[str, tuple[str, dict[str, Any]]] = {}  # pod -> (workload, its group)
     for workload, gs in groups.items():
         for g in gs:
             for name in g["pods"]:
                 pods[name] = (workload, g)
-                await akube.create(Pod.from_dict(_pod(name, g["spec"])), namespace=namespace)
+                await akube.create(Pod.from_dict(_pod(name, g["spec"])), namespace=namespace)  # type: ignore[call-overload]
     assert len(pods) == sum(w.placed for w in plan.workloads) == 11
 
     devices = {n: await published_devices(akube, n) for n in cluster.nodes}

@@ -88,7 +88,7 @@ async def cluster(
     config = KubeConfig.from_file(cp.kubeconfig_path)
     client = AsyncClient(config, field_manager="kubegpu-tests")
     for crd in crd_manifests():
-        await client.apply(CustomResourceDefinition.from_dict(crd), force=True)
+        await client.apply(CustomResourceDefinition.from_dict(crd), force=True)  # type: ignore[call-overload]
     await client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
     roots = tmp_path_factory.mktemp("n")  # short: unix socket paths are limited
     nodes = [

@@ -177,10 +177,10 @@ async def test_two_pods_on_one_time_sliced_gpu_each_see_their_own_memory_and_uti
     gpu_node: Start, akube: AsyncClient, namespace: str
 ) -> None:
     share = await gpu_node("sim-share", "l4:1;seed=share-it", TIME_SLICED)
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         workload("small", "sim-share", "nvidia.com/gpu", 2048, 20), namespace=namespace
     )
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         workload("large", "sim-share", "nvidia.com/gpu", 6144, 45), namespace=namespace
     )
 
@@ -309,7 +309,7 @@ async def test_labels_annotations_and_metrics_say_the_method_of_every_sharing_mo
         ("client", "sim-mps", "nvidia.com/gpu"),
     ]
     for name, pool, resource in pods:
-        await akube.create(workload(name, pool, resource), namespace=namespace)
+        await akube.create(workload(name, pool, resource), namespace=namespace)  # type: ignore[call-overload]
 
     h100 = mixed.nvml.device(1)
     mig = mixed.nvml.mig_devices(0)[0]

@@ -73,8 +73,8 @@ async def waiting(akube: AsyncClient, namespace: str, selector: dict[str, str]) 
 async def test_a_daemonset_whose_image_does_not_parse_is_never_ready(
     node: SimNode, akube: AsyncClient, namespace: str
 ) -> None:
-    await akube.create(daemonset("good", "ghcr.io/kubegpu/workload:0.1.0-rc1"), namespace=namespace)
-    await akube.create(daemonset("bad", "ghcr.io/kubegpu/workload:0.1.0 rc1"), namespace=namespace)
+    await akube.create(daemonset("good", "ghcr.io/kubegpu/workload:0.1.0-rc1"), namespace=namespace)  # type: ignore[call-overload]
+    await akube.create(daemonset("bad", "ghcr.io/kubegpu/workload:0.1.0 rc1"), namespace=namespace)  # type: ignore[call-overload]
 
     async def good_ready() -> bool:
         ds = await akube.get(DaemonSet, "good", namespace=namespace)
@@ -94,7 +94,7 @@ async def test_a_daemonset_whose_image_does_not_parse_is_never_ready(
 async def test_an_env_key_a_configmap_lacks_is_create_container_config_error(
     node: SimNode, akube: AsyncClient, namespace: str
 ) -> None:
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap.from_dict({"metadata": {"name": "settings"}, "data": {"present": "1"}}),
         namespace=namespace,
     )
@@ -115,7 +115,7 @@ async def test_an_env_key_a_configmap_lacks_is_create_container_config_error(
             },
         }
     )
-    await akube.create(pod, namespace=namespace)
+    await akube.create(pod, namespace=namespace)  # type: ignore[call-overload]
     seen = await waiting(akube, namespace, {"app": "needs-key"})
     assert seen["reason"] == "CreateContainerConfigError"
     assert seen["message"] == "couldn't find key absent in ConfigMap settings"

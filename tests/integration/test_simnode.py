@@ -113,7 +113,7 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
             )
 
         await eventually(advertised)
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             _pod("uses-foo", {"pool": "devices"}, {"example.com/foo": "2"}), namespace=namespace
         )
 
@@ -141,14 +141,14 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
             }
 
         # no double allocation: the one free foo device goes to the next pod
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             _pod("uses-foo-2", {"pool": "devices"}, {"example.com/foo": "1"}), namespace=namespace
         )
         await eventually(lambda: _phase(akube, "uses-foo-2", namespace, "Running"))
         assert foo.allocate_calls[-1] == ["foo-0"]
 
         # a pod bound straight to the node past the scheduler fails admission like kubelet's
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             _pod("too-many", {}, {"example.com/bar": "2"}, nodeName="sim-devices"),
             namespace=namespace,
         )
@@ -242,7 +242,7 @@ async def test_daemonset_pods_run_as_processes_with_env_and_volumes(
             },
         }
     )
-    await akube.create(ds, namespace=namespace)
+    await akube.create(ds, namespace=namespace)  # type: ignore[call-overload]
 
     async def both_running() -> bool:
         return all(n.pids() for n in (a, b)) and all(
@@ -290,17 +290,17 @@ async def test_pods_get_configmaps_kept_current_and_a_working_service_account(
     make_node: MakeNode, akube: AsyncClient, namespace: str, control_plane: Any
 ) -> None:
     node = await make_node("sim-cfg")
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="cfg"), data={"colour": "blue"}), namespace=namespace
     )
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         Role(
             metadata=ObjectMeta(name="read-pods"),
             rules=[PolicyRule(apiGroups=[""], resources=["pods"], verbs=["get"])],
         ),
         namespace=namespace,
     )
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         RoleBinding(
             metadata=ObjectMeta(name="read-pods"),
             roleRef=RoleRef(apiGroup="rbac.authorization.k8s.io", kind="Role", name="read-pods"),
@@ -355,7 +355,7 @@ async def test_pods_get_configmaps_kept_current_and_a_working_service_account(
             },
         }
     )
-    await akube.create(pod, namespace=namespace)
+    await akube.create(pod, namespace=namespace)  # type: ignore[call-overload]
     data = node.root / "srv/reader"
 
     async def talked_to_the_api() -> str:
@@ -402,7 +402,7 @@ async def test_a_crashing_container_is_restarted_with_backoff(
             },
         }
     )
-    await akube.create(pod, namespace=namespace)
+    await akube.create(pod, namespace=namespace)  # type: ignore[call-overload]
 
     async def restarted_twice() -> Any:
         p = await akube.get(Pod, "crasher", namespace=namespace)
@@ -423,7 +423,7 @@ async def test_a_crashing_container_is_restarted_with_backoff(
             },
         }
     )
-    await akube.create(never, namespace=namespace)
+    await akube.create(never, namespace=namespace)  # type: ignore[call-overload]
     done = await eventually(lambda: _phase(akube, "once", namespace, "Succeeded"), timeout=30)
     assert done.status.containerStatuses[0].state.terminated.reason == "Completed"
 
@@ -445,7 +445,7 @@ async def test_a_pod_status_someone_else_changed_is_written_again(
             },
         }
     )
-    await akube.create(pod, namespace=namespace)
+    await akube.create(pod, namespace=namespace)  # type: ignore[call-overload]
 
     def ready(p: Any) -> str:
         return next(c.status for c in p.status.conditions or [] if c.type == "Ready")

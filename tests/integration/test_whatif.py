@@ -98,7 +98,7 @@ async def readonly_kubeconfig(stack: Stack, path: Path) -> Path:
             rules=[PolicyRule(apiGroups=["*"], resources=["*"], verbs=["get", "list", "watch"])],
         )
     )
-    await client.create(ServiceAccount(metadata=ObjectMeta(name="wi-reader")), namespace="default")
+    await client.create(ServiceAccount(metadata=ObjectMeta(name="wi-reader")), namespace="default")  # type: ignore[call-overload]
     await client.create(
         ClusterRoleBinding(
             metadata=ObjectMeta(name="wi-reader"),
@@ -174,7 +174,7 @@ async def source() -> AsyncIterator[Source]:
                     ],
                 },
             }
-            await stack.client.create(Pod.from_dict(train), namespace="ml")
+            await stack.client.create(Pod.from_dict(train), namespace="ml")  # type: ignore[call-overload]
 
             async def running() -> bool:
                 pod = await stack.client.get(Pod, "train", namespace="ml")

@@ -129,7 +129,7 @@ class Cluster:
         if claim:
             spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
             spec["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
-        await self.akube.create(
+        await self.akube.create(  # type: ignore[call-overload]
             Pod.from_dict({"metadata": {"name": name}, "spec": spec}),
             namespace=self.namespace,
         )
@@ -248,7 +248,7 @@ async def test_a_pod_the_kubelet_refused(cluster: Cluster) -> None:
 async def test_a_mig_reconfiguration_pending_on_the_only_node_that_fits(
     cluster: Cluster, akube: AsyncClient
 ) -> None:
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap.from_dict(
             {
                 "metadata": {"name": nvidia.MIG_PARTED_DEFAULT_CONFIGMAP},
@@ -273,7 +273,7 @@ async def test_a_dra_selector_no_published_device_satisfies(
         {"name": f"gpu-{i}", "attributes": {"productName": {"string": "NVIDIA H100"}}}
         for i in range(2)
     ]
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ResourceSlice.from_dict(
             {
                 "metadata": {"name": f"{driver}-{a}"},
@@ -286,7 +286,7 @@ async def test_a_dra_selector_no_published_device_satisfies(
             }
         )
     )
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         DeviceClass.from_dict(
             {
                 "metadata": {"name": driver},
@@ -296,7 +296,7 @@ async def test_a_dra_selector_no_published_device_satisfies(
     )
     try:
         want = f"device.attributes['{driver}'].productName == 'NVIDIA H200'"
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             ResourceClaim.from_dict(
                 {
                     "metadata": {"name": "h200"},
