@@ -16,9 +16,9 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
 from kubegpu.catalog import nvidia
-from kubegpu.cli import plan_snapshot as ps
 from kubegpu.doctor.capture import capture
 from kubegpu.plan import make_plan
+from kubegpu.replan import from_snapshot as ps
 from kubegpu.sim.controlplane.plane import ControlPlane
 
 from .helpers import eventually

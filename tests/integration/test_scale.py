@@ -260,7 +260,9 @@ async def test_many_nodes_install_roll_out_a_change_and_repartition_at_once(
     assert operator_requests["apply"] == len(STRATEGY_DAEMONSETS)
     assert operator_requests["patch"] == 0  # no node labels for a spec change
     assert operator_requests["status"] <= 2
-    assert daemonset_writes == len(STRATEGY_DAEMONSETS)
+    # each write follows its server-side dry-run (a pass lands whole or not at all)
+    assert operator_requests["dry-run"] == len(STRATEGY_DAEMONSETS)
+    assert daemonset_writes == 2 * len(STRATEGY_DAEMONSETS)
 
     async def rolled_out() -> bool:
         state, observed = await policy_state(client)

@@ -13,10 +13,10 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from kubegpu.cli import plan_snapshot as ps
 from kubegpu.cli.app import app
 from kubegpu.doctor.snapshot import PodInfo, Snapshot
 from kubegpu.plan import make_plan
+from kubegpu.replan import from_snapshot as ps
 
 DEMO = Path(__file__).parents[1] / "data" / "doctor" / "demo.json"
 runner = CliRunner()

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +15,7 @@ from kubegpu.base.loader import InputError, load_yaml
 from kubegpu.cli.options import fail, read_kubeconfig
 from kubegpu.kube.crds import crd_manifests
 from kubegpu.kube.policy import policy_from_file
-from kubegpu.node.runtime import log_level_problem
+from kubegpu.node.runtime import log_level_problem, run
 from kubegpu.operator.render import (
     DEFAULT_IMAGE,
     DEFAULT_NAMESPACE,
@@ -28,7 +26,7 @@ from kubegpu.operator.render import (
 )
 
 if TYPE_CHECKING:
-    from lightkube import KubeConfig
+    pass
 
 app = typer.Typer(
     help="The operator: reconciles a ClusterPolicy into the GPU node stack.",
@@ -71,64 +69,26 @@ def operator(
     if ctx.invoked_subcommand is not None:
         return
     raw_level = os.environ.get("LOG_LEVEL") or "INFO"
-    level = raw_level.strip().upper()  # the docs and node components write it in lower case
+    level = raw_level.strip().lower()  # the docs and node components write it in lower case
     if log_level_problem(level) is not None:  # the node components' levels, any case
         fail(f"LOG_LEVEL {raw_level!r}: use debug, info, warn or error")
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from lightkube.core.exceptions import ConfigError
 
     try:
         config = read_kubeconfig(kubeconfig)  # before anything starts
     except ConfigError as exc:
         fail(f"--kubeconfig: {exc}")
-    asyncio.run(_run(namespace, image, config, health_address, health_port, renew_s))
+    from kubegpu.operator.program import OperatorFlags, OperatorProgram
 
-
-async def _run(
-    namespace: str,
-    image: str,
-    config: KubeConfig,
-    health_address: str,
-    health_port: int,
-    renew_s: float,
-) -> None:
-    from lightkube import AsyncClient
-
-    from kubegpu.operator.controller import FIELD_MANAGER, Operator, OperatorConfig
-    from kubegpu.operator.health import HealthServer
-
-    client = AsyncClient(config, field_manager=FIELD_MANAGER)
-    image_env = {v: os.environ[v] for v in IMAGE_ENV.values() if os.environ.get(v)}
-    op = Operator(
-        client,
-        OperatorConfig(
-            namespace=namespace, kubegpu_image=image, image_env=image_env, renew_s=renew_s
-        ),
+    flags = OperatorFlags(
+        namespace=namespace,
+        image=image,
+        image_env={v: os.environ[v] for v in IMAGE_ENV.values() if os.environ.get(v)},
+        health_address=health_address,
+        health_port=health_port,
+        renew_s=renew_s,
     )
-    health = HealthServer(op.live, op.ready, op.metrics, health_address, health_port)
-    # a replaced operator pod may still hold the port for its grace period
-    for attempt in range(30):
-        try:
-            await health.start()
-            break
-        except OSError as exc:
-            if attempt == 29:
-                raise
-            logging.getLogger(__name__).warning("probe port %d: %s; retrying", health_port, exc)
-            await asyncio.sleep(1.0)
-    logging.getLogger(__name__).info(
-        "kubegpu operator: namespace %s, image %s, probes on :%d", namespace, image, health.port
-    )
-    task = asyncio.create_task(op.run())
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    finally:
-        await health.stop()
-        await client.close()
+    raise typer.Exit(run(lambda: OperatorProgram(flags, config), log_level=level))
 
 
 @app.command("render")

@@ -16,13 +16,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kubegpu.cli import plan_snapshot
 from kubegpu.cli.options import fail, read_kubeconfig
 from kubegpu.doctor.snapshot import Snapshot
 from kubegpu.plan import Plan, PlanInputError, load_input, make_plan, plan_json, render
 from kubegpu.plan.dra import DraPlan, DraPlanError, dra_json, dra_plan
 from kubegpu.plan.emit import render_dra
 from kubegpu.plan.rules import RULES
+from kubegpu.replan import from_snapshot as plan_snapshot
 from kubegpu.sharing import isolation
 
 EXIT_PARTIAL = 3

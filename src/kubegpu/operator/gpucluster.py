@@ -32,7 +32,9 @@ from kubegpu.kube.policy import (
 from kubegpu.operator import labels as node_labels
 from kubegpu.operator.operands import dra, native, upstream
 from kubegpu.operator.operands.context import ClusterFacts, Obj, RenderContext
-from kubegpu.operator.render import Rendered, render_states
+from kubegpu.operator.quantities import quantity_problems
+from kubegpu.operator.render import Rendered, StateObjects, render_states
+from kubegpu.operator.reserved import reserved_key_problems
 from kubegpu.operator.states import DCGM, DCGM_EXPORTER, PRE_REQUISITES, OperandState
 from kubegpu.operator.status import (
     CLUSTER_POLICY_CONFLICT,
@@ -128,8 +130,15 @@ def dra_states(gc: GPUClusterSpec | None = None) -> tuple[OperandState, ...]:
 
 def render_gpu_cluster(gc: GPUClusterSpec, facts: ClusterFacts) -> Rendered:
     """Every GPUCluster state's desired objects. `draDriver.computeDomains` is read past:
-    ComputeDomains (IMEX) are out of scope (docs/dra.md)."""
-    return render_states(dra_states(gc), policy_view(gc), facts)
+    ComputeDomains (IMEX) are out of scope (docs/dra.md). A spec that sets a reserved key
+    or a resource value that is no quantity renders nothing (`problems`)."""
+    problems = [*reserved_key_problems(gc), *quantity_problems(gc)]
+    states, view = dra_states(gc), policy_view(gc)
+    if problems:
+        return Rendered(
+            tuple(StateObjects(s.name, s.enabled(view)) for s in states), tuple(problems)
+        )
+    return render_states(states, view, facts)
 
 
 def wanted_operands(gc: GPUClusterSpec) -> tuple[str, ...]:

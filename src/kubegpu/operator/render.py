@@ -40,6 +40,8 @@ from kubegpu.operator.operands.context import (
     object_hash,
 )
 from kubegpu.operator.operands.native import default_mig_config
+from kubegpu.operator.quantities import quantity_problems
+from kubegpu.operator.reserved import reserved_key_problems
 from kubegpu.operator.states import STATES, OperandState
 
 __all__ = [
@@ -106,8 +108,9 @@ def validate_spec(spec: ClusterPolicySpec) -> list[str]:
 
 
 def render(spec: ClusterPolicySpec, facts: ClusterFacts) -> Rendered:
-    """Every state's desired objects, in upstream order. Disabled states have none."""
-    problems = validate_spec(spec)
+    """Every state's desired objects, in upstream order. Disabled states have none. A spec
+    that breaks a whole-policy rule or sets a reserved key renders nothing (`problems`)."""
+    problems = [*validate_spec(spec), *reserved_key_problems(spec), *quantity_problems(spec)]
     if problems:
         return Rendered(
             tuple(StateObjects(s.name, s.enabled(spec)) for s in STATES), tuple(problems)

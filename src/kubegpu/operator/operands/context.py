@@ -147,7 +147,7 @@ class RenderContext:
 
     def finish(self, obj: Obj) -> Obj:
         meta = obj.setdefault("metadata", {})
-        meta["labels"] = {**self.labels(), **(meta.get("labels") or {})}
+        meta["labels"] = {**(meta.get("labels") or {}), **self.labels()}  # ours win
         if self.facts.owner is not None:
             meta["ownerReferences"] = [
                 {

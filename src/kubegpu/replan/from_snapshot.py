@@ -1,7 +1,7 @@
 """`kubegpu plan --from-snapshot`: a doctor snapshot as the planner's starting point and
 demand, and the plan as an ordered runbook against that cluster.
 
-It sits in the CLI layer because it joins two siblings the layer contract keeps apart: the
+It joins two siblings the layer contract keeps apart (see the package's docstring): the
 doctor's snapshot and facts (what the cluster runs) and the planner (what it should run).
 Everything here is a pure function of a `Snapshot` and a `Plan`.
 
