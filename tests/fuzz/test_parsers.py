@@ -248,7 +248,7 @@ VALUES = st.recursive(
 @st.composite
 def mutated(draw: st.DrawFn, base: dict[str, Any]) -> dict[str, Any]:
     """`base` with one to three random edits: a value replaced, a key removed or added."""
-    doc = yaml.safe_load(yaml.safe_dump(base))  # a deep copy
+    doc: dict[str, Any] = yaml.safe_load(yaml.safe_dump(base))  # a deep copy
     for _ in range(draw(st.integers(1, 3))):
         node: Any = doc
         while True:
