@@ -22,6 +22,7 @@ import pytest_asyncio
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
+from kube_objects import meta
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.nodes import watch_node
 from kubegpu.sim.cluster import NodeEntry
@@ -97,7 +98,7 @@ async def gpu_resources(stack: E2EStack, node: str) -> dict[str, str]:
 
 
 async def settled_on(stack: E2EStack, node: str, config: str, want: dict[str, str]) -> bool:
-    labels = (await stack.node(node)).metadata.labels or {}
+    labels = meta(await stack.node(node)).labels or {}
     return (
         labels.get(MIG_CONFIG) == config
         and labels.get(MIG_STATE) == "success"

@@ -18,6 +18,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
+from kube_objects import meta
 from kubegpu.mig.config import MigConfigEntry
 from kubegpu.mig.parted import apply_config
 from kubegpu.sharing.allocate import accepts_envvar, visible_devices
@@ -292,12 +293,10 @@ async def test_time_slicing_health_kubelet_restart_and_relabel_on_an_l4_node(
 
     async def placed() -> list[str]:
         pods = [
-            p
-            async for p in akube.list(Pod, namespace=namespace)
-            if p.metadata.name.startswith("ts-")
+            p async for p in akube.list(Pod, namespace=namespace) if meta(p).name.startswith("ts-")
         ]
         running = [p for p in pods if p.status.phase == "Running"]
-        pending = [p.metadata.name for p in pods if p.status.phase == "Pending"]
+        pending = [meta(p).name for p in pods if p.status.phase == "Pending"]
         assert len(running) == 16 and len(pending) == 1, (len(running), pending)
         return pending
 
@@ -319,7 +318,7 @@ async def test_time_slicing_health_kubelet_restart_and_relabel_on_an_l4_node(
     restarts = plugin_pod.status.containerStatuses[0].restartCount
     await relabel(akube, "dp-ts", "plain")
     await until_allocatable(akube, "dp-ts", "nvidia.com/gpu", "4", timeout=30)
-    again = await akube.get(Pod, plugin_pod.metadata.name, namespace=namespace)
+    again = await akube.get(Pod, meta(plugin_pod).name, namespace=namespace)
     assert again.status.containerStatuses[0].restartCount == restarts, plugin_logs(node)
     applied = await node_events(akube, "dp-ts", "DevicePluginConfigApplied")
     assert any("config 'plain'" in m and "nvidia.com/gpu: 4" in m for m in applied)
@@ -435,9 +434,9 @@ async def test_a_pod_without_a_gpu_request_sees_no_gpu_in_every_device_list_stra
 
         async def gone(strategy: str = strategy) -> bool:
             left = [
-                p.metadata.name
+                meta(p).name
                 async for p in akube.list(Pod, namespace=namespace)
-                if p.metadata.name.endswith(strategy)
+                if meta(p).name.endswith(strategy)
             ]
             assert not left, left
             return True

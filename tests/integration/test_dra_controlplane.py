@@ -19,6 +19,7 @@ from lightkube.resources.resource_v1 import (
     ResourceSlice,
 )
 
+from kube_objects import meta
 from kubegpu.sim.controlplane.plane import ControlPlane
 from kubegpu.sim.kubelet.node import SimNode
 
@@ -213,6 +214,6 @@ async def test_the_scheduler_allocates_claims_against_slices_with_shared_counter
                 await akube.delete(Pod, name, namespace=namespace, grace_period=0)
         async for s in akube.list(ResourceSlice, fields={"spec.driver": driver}):
             with contextlib.suppress(ApiError):
-                await akube.delete(ResourceSlice, s.metadata.name)
+                await akube.delete(ResourceSlice, meta(s).name)
         with contextlib.suppress(ApiError):
             await akube.delete(DeviceClass, driver)

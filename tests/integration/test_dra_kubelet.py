@@ -23,6 +23,7 @@ from lightkube.resources.resource_v1 import (
     ResourceSlice,
 )
 
+from kube_objects import meta
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
 from kubegpu.sim.kubelet.dramanager import FAILED_PREPARE
@@ -77,7 +78,7 @@ async def driver(akube: AsyncClient, namespace: str) -> AsyncIterator[str]:
     yield name
     async for s in akube.list(ResourceSlice, fields={"spec.driver": name}):
         with contextlib.suppress(ApiError):
-            await akube.delete(ResourceSlice, s.metadata.name)
+            await akube.delete(ResourceSlice, meta(s).name)
     with contextlib.suppress(ApiError):
         await akube.delete(DeviceClass, name)
 

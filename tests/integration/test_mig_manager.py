@@ -24,6 +24,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 
+from kube_objects import meta
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.nodes import watch_node
 from kubegpu.mig import parted
@@ -199,7 +200,7 @@ async def events(akube: AsyncClient, node: str) -> list[tuple[str, str]]:
 
 async def operand_pods(akube: AsyncClient, namespace: str, node: str) -> list[str]:
     pods = [
-        p.metadata.name
+        meta(p).name
         async for p in akube.list(Pod, namespace=namespace, fields={"spec.nodeName": node})
         if p.status is not None and p.status.phase == "Running"
     ]
@@ -258,7 +259,7 @@ async def test_a_layout_is_applied_with_operands_paused_and_restored_exactly(
     assert await deploy_labels(akube, node.name) == before  # ...and exactly restored
     assert layout(node) == [Counter({"1g.18gb": 7})] * 8
     n = await akube.get(Node, node.name)
-    assert PAUSED_ANNOTATION not in (n.metadata.annotations or {})
+    assert PAUSED_ANNOTATION not in (meta(n).annotations or {})
     # the operands' pods come back
     await eventually(lambda: _count(operand_pods(akube, e["namespace"], node.name), 2))
     reasons = [r for r, _ in await events(akube, node.name)]
@@ -270,7 +271,7 @@ async def test_a_layout_is_applied_with_operands_paused_and_restored_exactly(
     assert sum(1 for d in spec["devices"] if ":" in d["name"]) == 56
     # without a configured file or ConfigMap, the layouts are generated and published
     cm = await akube.get(ConfigMap, "mm-apply-mig-config", namespace=e["namespace"])
-    assert cm.metadata.labels["nvidia.com/node-name"] == "mm-apply"
+    assert meta(cm).labels["nvidia.com/node-name"] == "mm-apply"
     assert "all-1g.18gb:" in cm.data["config.yaml"]
     assert cm.data["config.yaml"].startswith("# DO NOT EDIT")
 
@@ -476,7 +477,7 @@ async def test_a_manager_killed_at_any_step_converges_when_it_starts_again(
     assert await deploy_labels(akube, node.name) == before
     assert layout(node) == [Counter({"1g.18gb": 7})] * 8
     n = await akube.get(Node, node.name)
-    assert PAUSED_ANNOTATION not in (n.metadata.annotations or {})
+    assert PAUSED_ANNOTATION not in (meta(n).annotations or {})
     assert (e["recorder"].states or ["success"])[-1] == "success"
 
 

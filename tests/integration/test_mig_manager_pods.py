@@ -23,6 +23,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
+from kube_objects import meta
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.nodes import watch_node
 from kubegpu.mig_manager import MIG_CONFIG_LABEL, MIG_STATE_LABEL, PAUSED
@@ -201,7 +202,7 @@ async def cluster(control_plane: Any, akube: AsyncClient, namespace: str) -> Asy
         async def drop() -> None:  # the node itself ends after the test (sim_nodes)
             for ds in daemonsets:
                 with contextlib.suppress(ApiError):
-                    await akube.delete(DaemonSet, ds.metadata.name, namespace=namespace)
+                    await akube.delete(DaemonSet, meta(ds).name, namespace=namespace)
 
         cleanups.append(drop)
         recorder = Recorder(akube, name)
@@ -259,8 +260,8 @@ async def pod_uid(akube: AsyncClient, namespace: str, app: str, node: str) -> st
         async for p in akube.list(
             Pod, namespace=namespace, labels={"app": app}, fields={"spec.nodeName": node}
         ):
-            if p.status and p.status.phase == "Running" and not p.metadata.deletionTimestamp:
-                return str(p.metadata.uid)
+            if p.status and p.status.phase == "Running" and not meta(p).deletionTimestamp:
+                return str(meta(p).uid)
         return None
 
     return await eventually(running, timeout=WAIT_S)

@@ -21,6 +21,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
+from kube_objects import meta
 from kubegpu.exporter.processes import ProcCgroups
 from kubegpu.mig.config import MigConfigEntry
 from kubegpu.mig.parted import apply_config
@@ -247,7 +248,7 @@ async def test_mps_inside_mig_instances_limits_and_fault_isolation(
 
     # each pod's CUDA process is a client of the daemon its env names, on the device it got:
     # the node connected them itself (its pipe directory on the node, through the mounts)
-    uids = {(await akube.get(Pod, n, namespace=namespace)).metadata.uid: n for n in pods}
+    uids = {meta(await akube.get(Pod, n, namespace=namespace)).uid: n for n in pods}
     cgroups = ProcCgroups(node.root / "proc")
     procs = {uids[u]: p for p in node.nvml.processes(0) if (u := cgroups.pod_uid(p.pid)) in uids}
     assert set(procs) == set(pods), procs

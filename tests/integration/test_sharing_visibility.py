@@ -26,6 +26,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from kube_objects import meta
 from kubegpu.catalog import nvidia
 from kubegpu.device_plugin.plugin import DevicePlugin, PluginOptions
 from kubegpu.exporter import Exporter, ExporterConfig
@@ -156,7 +157,7 @@ async def isolation_of(akube: AsyncClient, namespace: str, pod: str) -> list[dic
 
     async def annotated() -> list[dict[str, Any]] | None:
         p = await akube.get(Pod, pod, namespace=namespace)
-        text = (p.metadata.annotations or {}).get(nvidia.ISOLATION_ANNOTATION)
+        text = (meta(p).annotations or {}).get(nvidia.ISOLATION_ANNOTATION)
         return json.loads(text)["main"] if text else None
 
     got: list[dict[str, Any]] = await eventually(annotated, timeout=60)
@@ -287,7 +288,7 @@ async def test_labels_annotations_and_metrics_say_the_method_of_every_sharing_mo
     mps = await gpu_node("sim-mps", "l4:1;seed=iso-mps", MPS, _daemon_started)
 
     async def labelled(name: str, want: dict[str, str]) -> bool:
-        labels = (await akube.get(Node, name)).metadata.labels or {}
+        labels = meta(await akube.get(Node, name)).labels or {}
         return all(labels.get(k) == v for k, v in want.items())
 
     await eventually(

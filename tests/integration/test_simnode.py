@@ -21,6 +21,7 @@ from lightkube.resources.core_v1 import ConfigMap, Node, Pod, PodStatus
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import PatchType
 
+from kube_objects import meta
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
 from kubegpu.nvml import errors
@@ -72,7 +73,7 @@ async def test_a_node_registers_and_is_ready(make_node: MakeNode, akube: AsyncCl
 
     await eventually(ready)
     node = await akube.get(Node, "sim-ready")
-    assert node.metadata.labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
+    assert meta(node).labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
     assert node.status.capacity["cpu"] == "32"
     lease = await eventually(lambda: akube.get(Lease, "sim-ready", namespace="kube-node-lease"))
     assert lease.spec.holderIdentity == "sim-ready"
@@ -469,4 +470,4 @@ async def test_a_pod_status_someone_else_changed_is_written_again(
     back = await eventually(running_and_ready, timeout=10)
     await asyncio.sleep(2.0)
     later = await akube.get(Pod, "steady", namespace=namespace)
-    assert later.metadata.resourceVersion == back.metadata.resourceVersion  # written once
+    assert meta(later).resourceVersion == meta(back).resourceVersion  # written once
