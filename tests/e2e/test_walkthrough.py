@@ -16,6 +16,7 @@ import tempfile
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -203,7 +204,7 @@ async def test_the_smoke_test_pods_complete_and_their_logs_name_their_gpu(walk: 
     plain = walk.nodes[PLAIN_NODE].nvml
     assert plain is not None
     (l4,) = plain.devices()
-    smoke = {
+    smoke: dict[str, dict[str, Any]] = {
         "nvidia-smi": {
             "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
             "command": ["nvidia-smi"],
