@@ -18,7 +18,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
-from kube_objects import meta
+from kube_objects import meta, status_of
 from kubegpu.mig.config import MigConfigEntry
 from kubegpu.mig.parted import apply_config
 from kubegpu.sharing.allocate import accepts_envvar, visible_devices
@@ -155,7 +155,7 @@ def plugin_logs(node: SimNode) -> str:
 
 async def allocatable(akube: AsyncClient, node: str, resource: str) -> str | None:
     n = await akube.get(Node, node)
-    return (n.status.allocatable or {}).get(resource)
+    return (status_of(n).allocatable or {}).get(resource)
 
 
 async def until_allocatable(
@@ -281,7 +281,7 @@ async def test_time_slicing_health_kubelet_restart_and_relabel_on_an_l4_node(
     # an XID takes the GPU's 4 replicas out of allocatable; 2 quiet seconds bring them back
     node.inject_xid(2, 48)
     await until_allocatable(akube, "dp-ts", "nvidia.com/gpu", "12", timeout=30)
-    assert (await akube.get(Node, "dp-ts")).status.capacity["nvidia.com/gpu"] == "16"
+    assert status_of(await akube.get(Node, "dp-ts")).capacity["nvidia.com/gpu"] == "16"
     await until_allocatable(akube, "dp-ts", "nvidia.com/gpu", "16", timeout=30)
     assert any("XID 48" in m for m in await node_events(akube, "dp-ts", "GpuUnhealthy"))
 
@@ -295,14 +295,14 @@ async def test_time_slicing_health_kubelet_restart_and_relabel_on_an_l4_node(
         pods = [
             p async for p in akube.list(Pod, namespace=namespace) if meta(p).name.startswith("ts-")
         ]
-        running = [p for p in pods if p.status.phase == "Running"]
-        pending = [meta(p).name for p in pods if p.status.phase == "Pending"]
+        running = [p for p in pods if status_of(p).phase == "Running"]
+        pending = [meta(p).name for p in pods if status_of(p).phase == "Pending"]
         assert len(running) == 16 and len(pending) == 1, (len(running), pending)
         return pending
 
     (waiting,) = await eventually(placed, timeout=90)
     pod = await akube.get(Pod, waiting, namespace=namespace)
-    (cond,) = [c for c in pod.status.conditions or [] if c.type == "PodScheduled"]
+    (cond,) = [c for c in status_of(pod).conditions or [] if c.type == "PodScheduled"]
     assert (cond.status, cond.reason) == ("False", "Unschedulable")
     assert "nvidia.com/gpu" in (cond.message or "")
 
@@ -315,11 +315,11 @@ async def test_time_slicing_health_kubelet_restart_and_relabel_on_an_l4_node(
         p
         async for p in akube.list(Pod, namespace=namespace, labels={"app": "nvidia-device-plugin"})
     ]
-    restarts = plugin_pod.status.containerStatuses[0].restartCount
+    restarts = status_of(plugin_pod).containerStatuses[0].restartCount
     await relabel(akube, "dp-ts", "plain")
     await until_allocatable(akube, "dp-ts", "nvidia.com/gpu", "4", timeout=30)
     again = await akube.get(Pod, meta(plugin_pod).name, namespace=namespace)
-    assert again.status.containerStatuses[0].restartCount == restarts, plugin_logs(node)
+    assert status_of(again).containerStatuses[0].restartCount == restarts, plugin_logs(node)
     applied = await node_events(akube, "dp-ts", "DevicePluginConfigApplied")
     assert any("config 'plain'" in m and "nvidia.com/gpu: 4" in m for m in applied)
 
@@ -388,16 +388,16 @@ async def test_a_pod_without_a_gpu_request_sees_no_gpu_in_every_device_list_stra
         async def finished(strategy: str = strategy) -> dict[str, int]:
             for name in (f"gpu-{strategy}", f"none-{strategy}"):
                 pod = await akube.get(Pod, name, namespace=namespace)
-                states = [c.state for c in pod.status.containerStatuses or []]
+                states = [c.state for c in status_of(pod).containerStatuses or []]
                 logs = [
                     p.read_text()[-500:]
                     for p in (node.root / "var/log/pods").glob(f"*_{name}_*/main/*.log")
                 ]
-                assert (out / name).exists(), (name, pod.status.phase, states, logs)
+                assert (out / name).exists(), (name, status_of(pod).phase, states, logs)
             codes = {}
             for kind in ("gpu", "none"):
                 pod = await akube.get(Pod, f"smi-{kind}-{strategy}", namespace=namespace)
-                state = (pod.status.containerStatuses or [None])[0]
+                state = (status_of(pod).containerStatuses or [None])[0]
                 assert state is not None and state.state.terminated is not None
                 codes[kind] = state.state.terminated.exitCode
             return codes

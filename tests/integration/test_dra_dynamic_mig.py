@@ -15,6 +15,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
+from kube_objects import status_of
 from kubegpu.catalog import nvidia
 from kubegpu.nvml.sim import SimNvml
 from kubegpu.sim.controlplane.plane import ControlPlane
@@ -117,7 +118,7 @@ async def test_the_scheduler_allocates_a_mig_device_that_prepare_creates(
     async def all_running() -> bool:
         for name in pods:
             pod = await akube.get(Pod, name, namespace=namespace)
-            if pod.status.phase != "Running":
+            if status_of(pod).phase != "Running":
                 return False
         return True
 

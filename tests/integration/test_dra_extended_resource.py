@@ -22,6 +22,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
+from kube_objects import status_of
 from kubegpu.catalog import nvidia
 from kubegpu.dra.classes import device_classes
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
@@ -65,7 +66,7 @@ async def node(
 async def test_a_plain_nvidia_com_gpu_pod_runs_on_a_dra_node(
     node: SimNode, akube: AsyncClient, namespace: str
 ) -> None:
-    capacity = (await akube.get(Node, NODE)).status.capacity or {}
+    capacity = status_of(await akube.get(Node, NODE)).capacity or {}
     assert nvidia.GPU_RESOURCE not in capacity  # no device plugin on a DRA node
     devices = await wait_published(akube, NODE)
     uuids = {d["attributes"]["uuid"]["string"] for d in devices.values()}

@@ -23,7 +23,7 @@ from lightkube.resources.resource_v1 import (
     ResourceSlice,
 )
 
-from kube_objects import meta
+from kube_objects import meta, status_of
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
 from kubegpu.sim.kubelet.dramanager import FAILED_PREPARE
@@ -137,7 +137,7 @@ def _environ(pid: int) -> dict[str, str]:
 
 async def _running(akube: AsyncClient, name: str, namespace: str) -> Any:
     pod = await akube.get(Pod, name, namespace=namespace)
-    return pod if pod.status.phase == "Running" else None
+    return pod if status_of(pod).phase == "Running" else None
 
 
 async def test_a_plugin_registers_and_a_restarted_kubelet_gets_its_slices_again(
@@ -260,7 +260,7 @@ async def test_a_failed_prepare_keeps_the_pod_waiting_and_is_retried(
 
     async def waiting() -> Any:
         pod = await akube.get(Pod, "waits", namespace=namespace)
-        statuses = pod.status.containerStatuses or []
+        statuses = status_of(pod).containerStatuses or []
         return pod if statuses and statuses[0].state.waiting else None
 
     pod = await eventually(waiting)

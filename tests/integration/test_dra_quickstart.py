@@ -23,6 +23,7 @@ from lightkube import AsyncClient
 from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 
+from kube_objects import status_of
 from kubegpu.catalog import nvidia
 from kubegpu.sim.controlplane.plane import ControlPlane
 
@@ -81,7 +82,7 @@ async def run(akube: AsyncClient, cluster: DraCluster, namespace: str, spec: str
 
     async def all_running() -> list[Any] | None:
         got = [await akube.get(Pod, p, namespace=namespace) for p in pods]
-        return got if all(p.status.phase == "Running" for p in got) else None
+        return got if all(status_of(p).phase == "Running" for p in got) else None
 
     running = await eventually(all_running, timeout=120)
     seen: Seen = {}

@@ -14,6 +14,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from kube_objects import status_of
 from kubegpu.exporter import Exporter, ExporterConfig
 from kubegpu.nvml.sim import SimNvml
 
@@ -88,7 +89,7 @@ async def test_pods_are_named_on_their_devices_series_and_their_devices_are_busy
 
         async def advertised() -> bool:
             n = await akube.get(Node, NODE)
-            return n.status.allocatable.get("nvidia.com/gpu.shared") == "4"
+            return status_of(n).allocatable.get("nvidia.com/gpu.shared") == "4"
 
         await eventually(advertised)
         config = ExporterConfig(

@@ -23,7 +23,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
-from kube_objects import meta
+from kube_objects import meta, status_of
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.nodes import watch_node
 from kubegpu.mig_manager import MIG_CONFIG_LABEL, MIG_STATE_LABEL, PAUSED
@@ -345,7 +345,7 @@ async def test_mixed_strategy_repartitions_with_the_device_plugin_paused_and_bac
     mm = [
         p async for p in akube.list(Pod, namespace=namespace, labels={"app": "nvidia-mig-manager"})
     ]
-    assert mm[0].status.containerStatuses[0].restartCount >= 1
+    assert status_of(mm[0]).containerStatuses[0].restartCount >= 1
 
 
 async def _state_is(rec: Recorder, state: str) -> bool:

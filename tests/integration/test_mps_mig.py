@@ -21,7 +21,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
-from kube_objects import meta
+from kube_objects import meta, status_of
 from kubegpu.exporter.processes import ProcCgroups
 from kubegpu.mig.config import MigConfigEntry
 from kubegpu.mig.parted import apply_config
@@ -201,7 +201,7 @@ async def test_mps_inside_mig_instances_limits_and_fault_isolation(
 
     async def advertised() -> bool:
         n = await akube.get(Node, NODE)
-        got = {k: v for k, v in (n.status.allocatable or {}).items() if k.startswith("nvidia")}
+        got = {k: v for k, v in (status_of(n).allocatable or {}).items() if k.startswith("nvidia")}
         assert got == {BIG: "4", SMALL: "2", "nvidia.com/mig-1g.18gb": "2"}, (
             f"{got}\n{pod_logs(node)}"
         )

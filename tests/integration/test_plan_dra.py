@@ -22,6 +22,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate
 
+from kube_objects import status_of
 from kubegpu.catalog import get_model, nvidia
 from kubegpu.nvml import ENV_NVML
 from kubegpu.plan import make_plan, parse_data
@@ -114,7 +115,7 @@ async def _apply_mig(
 
 async def _running(akube: AsyncClient, name: str, namespace: str) -> Any:
     pod = await akube.get(Pod, name, namespace=namespace)
-    return pod if pod.status.phase == "Running" else None
+    return pod if status_of(pod).phase == "Running" else None
 
 
 async def test_the_planned_claims_are_allocated_where_the_plan_put_them(

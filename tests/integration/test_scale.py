@@ -24,6 +24,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
+from kube_objects import status_of
 from kubegpu.catalog import nvidia
 from kubegpu.cli.app import root_command
 from kubegpu.kube.crds import crd_manifests
@@ -135,8 +136,8 @@ async def not_ready_pods(client: AsyncClient) -> list[Any]:
     out = []
     async for p in client.list(Pod, namespace=NAMESPACE):
         statuses = [*(p.status.initContainerStatuses or []), *(p.status.containerStatuses or [])]  # type: ignore[union-attr]
-        if p.status.phase != "Running" or not all(
-            c.ready for c in p.status.containerStatuses or []
+        if status_of(p).phase != "Running" or not all(
+            c.ready for c in status_of(p).containerStatuses or []
         ):
             out.append((p.metadata.name, p.spec.nodeName, [(c.name, c.state) for c in statuses]))  # type: ignore[union-attr]
     return out

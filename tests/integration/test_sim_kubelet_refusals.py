@@ -13,6 +13,7 @@ from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
+from kube_objects import status_of
 from kubegpu.sim.kubelet.node import SimNode
 
 from .helpers import eventually
@@ -57,12 +58,12 @@ def daemonset(name: str, image: str) -> Any:
 async def waiting(akube: AsyncClient, namespace: str, selector: dict[str, str]) -> dict[str, Any]:
     async def refused() -> dict[str, Any] | None:
         async for pod in akube.list(Pod, namespace=namespace, labels=selector):
-            for status in pod.status.containerStatuses or []:
+            for status in status_of(pod).containerStatuses or []:
                 if status.state.waiting and status.state.waiting.reason != "ContainerCreating":
                     return {
                         "reason": status.state.waiting.reason,
                         "message": status.state.waiting.message,
-                        "phase": pod.status.phase,
+                        "phase": status_of(pod).phase,
                         "ready": status.ready,
                     }
         return None

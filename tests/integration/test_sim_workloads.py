@@ -12,6 +12,7 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
+from kube_objects import status_of
 from kubegpu.sim.kubelet.node import SimNode
 
 from .fake_plugin import FakePlugin
@@ -138,7 +139,7 @@ async def test_each_node_has_its_own_address_for_host_network_pods(
         assert nodes[0].address != nodes[1].address
         for i, node in enumerate(nodes):
             n = await akube.get(Node, node.name)
-            internal = [a.address for a in n.status.addresses if a.type == "InternalIP"]
+            internal = [a.address for a in status_of(n).addresses if a.type == "InternalIP"]
             assert internal == [node.address]
             await akube.create(  # type: ignore[call-overload]
                 Pod.from_dict(
@@ -172,8 +173,8 @@ async def test_each_node_has_its_own_address_for_host_network_pods(
         await eventually(both_serving, timeout=30)
         for i, node in enumerate(nodes):
             pod = await akube.get(Pod, f"status-{i}", namespace=namespace)
-            assert pod.status.phase == "Running"
-            assert pod.status.podIP == pod.status.hostIP == node.address
+            assert status_of(pod).phase == "Running"
+            assert status_of(pod).podIP == status_of(pod).hostIP == node.address
     finally:
         await sim_nodes.close()
     # the addresses were given back

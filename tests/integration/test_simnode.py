@@ -21,7 +21,7 @@ from lightkube.resources.core_v1 import ConfigMap, Node, Pod, PodStatus
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import PatchType
 
-from kube_objects import meta
+from kube_objects import meta, status_of
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
 from kubegpu.nvml import errors
@@ -68,13 +68,13 @@ async def test_a_node_registers_and_is_ready(make_node: MakeNode, akube: AsyncCl
 
     async def ready() -> bool:
         node = await akube.get(Node, "sim-ready")
-        conditions = {c.type: c.status for c in node.status.conditions}
+        conditions = {c.type: c.status for c in status_of(node).conditions}
         return conditions.get("Ready") == "True"
 
     await eventually(ready)
     node = await akube.get(Node, "sim-ready")
     assert meta(node).labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
-    assert node.status.capacity["cpu"] == "32"
+    assert status_of(node).capacity["cpu"] == "32"
     lease = await eventually(lambda: akube.get(Lease, "sim-ready", namespace="kube-node-lease"))
     assert lease.spec.holderIdentity == "sim-ready"
     first = lease.spec.renewTime
@@ -109,8 +109,8 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
         async def advertised() -> bool:
             n = await akube.get(Node, "sim-devices")
             return (
-                n.status.allocatable.get("example.com/foo") == "3"
-                and n.status.allocatable.get("example.com/bar") == "1"
+                status_of(n).allocatable.get("example.com/foo") == "3"
+                and status_of(n).allocatable.get("example.com/bar") == "1"
             )
 
         await eventually(advertised)
@@ -120,7 +120,7 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
 
         async def running() -> Any:
             p = await akube.get(Pod, "uses-foo", namespace=namespace)
-            return p if p.status.phase == "Running" else None
+            return p if status_of(p).phase == "Running" else None
 
         pod = await eventually(running)
         assert pod.spec.nodeName == "sim-devices"  # placed by the real kube-scheduler
@@ -163,8 +163,8 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
         async def shrunk() -> bool:
             n = await akube.get(Node, "sim-devices")
             return (
-                n.status.allocatable.get("example.com/foo") == "2"
-                and n.status.capacity.get("example.com/foo") == "3"
+                status_of(n).allocatable.get("example.com/foo") == "2"
+                and status_of(n).capacity.get("example.com/foo") == "3"
             )
 
         await eventually(shrunk)
@@ -172,7 +172,7 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
 
         async def removed() -> bool:
             n = await akube.get(Node, "sim-devices")
-            return "example.com/bar" not in n.status.capacity
+            return "example.com/bar" not in status_of(n).capacity
 
         await eventually(removed)
     finally:
@@ -182,7 +182,7 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
 
 async def _phase(akube: AsyncClient, name: str, namespace: str, phase: str) -> Any:
     p = await akube.get(Pod, name, namespace=namespace)
-    return p if p.status.phase == phase else None
+    return p if status_of(p).phase == phase else None
 
 
 def _alive(pid: int) -> bool:
@@ -407,7 +407,7 @@ async def test_a_crashing_container_is_restarted_with_backoff(
 
     async def restarted_twice() -> Any:
         p = await akube.get(Pod, "crasher", namespace=namespace)
-        statuses = p.status.containerStatuses or []
+        statuses = status_of(p).containerStatuses or []
         return statuses[0] if statuses and statuses[0].restartCount >= 2 else None
 
     status = await eventually(restarted_twice, timeout=30)
@@ -453,7 +453,7 @@ async def test_a_pod_status_someone_else_changed_is_written_again(
 
     async def running_and_ready() -> Any:
         p = await akube.get(Pod, "steady", namespace=namespace)
-        return p if p.status.phase == "Running" and ready(p) == "True" else None
+        return p if status_of(p).phase == "Running" and ready(p) == "True" else None
 
     p = await eventually(running_and_ready)
     conditions = [
