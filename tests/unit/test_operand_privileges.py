@@ -37,7 +37,7 @@ IMAGES = {
     )
 }
 REBOOTS = {"migManager": {"env": [{"name": "WITH_REBOOT", "value": "true"}]}}
-SPECS = {
+SPECS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "host driver": {"driver": {"enabled": False}},
     "everything": {

@@ -225,7 +225,7 @@ def test_the_greedy_remembers_pattern_choices_without_changing_one() -> None:
                 calls[name] += 1
                 return pick(*args)
 
-            g._pick = counted  # type: ignore[method-assign]
+            g._pick = counted  # type: ignore[method-assign, assignment]
         plan = passes["remembered"].solution("heuristic")
         recomputed = passes["fresh"].solution("heuristic")
         assert calls["remembered"] < calls["fresh"]  # the memo answered some choices
