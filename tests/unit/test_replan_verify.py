@@ -132,3 +132,15 @@ def test_nothing_to_change_is_an_empty_change() -> None:
     change = ps.change_of(start, make_plan(start.input))
     steps = runbook_steps(snap, start, change)
     assert (steps.config_maps, steps.policy_patch, steps.labels) == ({}, None, {})
+
+
+def test_verify_is_refused_without_a_snapshot(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from kubegpu.cli.app import app
+
+    f = tmp_path / "in.yaml"
+    f.write_text("fleet: []\nworkloads: []\n")
+    result = CliRunner().invoke(app, ["plan", "-f", str(f), "--verify"])
+    assert result.exit_code == 2
+    assert "--verify is for --from-snapshot or --kubeconfig" in result.output
