@@ -652,17 +652,23 @@ def runbook(start: Start, plan: Plan, change: Change, namespace: str = "gpu-oper
             lines.append(f"kubectl uncordon {c.node}")
         lines += ["```", ""]
     step += 1
+    # only where every pod of a group is placed is it known which pods schedule: for the
+    # others the scheduler picks, and a wait on one left Pending would never end
+    whole = [(n, p) for n, p in sorted(start.pending.items()) if placed.get(n, 0) >= len(p)]
+    partial = [(n, p) for n, p in sorted(start.pending.items()) if 0 < placed.get(n, 0) < len(p)]
+    lines += [f"## {step}. The Pending pods schedule", ""]
     lines += [
-        f"## {step}. The Pending pods schedule",
-        "",
-        "```bash",
-        *(
-            f"kubectl wait pod -n {pod.split('/')[0]} {pod.split('/')[1]} --for=condition=PodScheduled --timeout=5m"
-            for name, pods in sorted(start.pending.items())
-            for pod in pods
-        ),
-        "```",
+        f"- {name}: {placed[name]} of its {len(pods)} pods schedule (the scheduler picks "
+        "which); the others stay Pending"
+        for name, pods in partial
     ]
+    lines += ["", "```bash"] if partial else ["```bash"]
+    lines += [
+        f"kubectl wait pod -n {pod.split('/')[0]} {pod.split('/')[1]} --for=condition=PodScheduled --timeout=5m"
+        for _, pods in whole
+        for pod in pods
+    ]
+    lines.append("```")
     if start.not_planned:
         lines += ["", "## Not planned", "", *(f"- {x}" for x in start.not_planned)]
     return "\n".join(lines) + "\n"
