@@ -14,9 +14,9 @@ import time
 
 import yaml
 
-from kubegpu.cli import plan_snapshot as ps
 from kubegpu.doctor.snapshot import ConfigMapInfo, NodeInfo, PodInfo, Snapshot
 from kubegpu.plan import make_plan
+from kubegpu.replan import from_snapshot as ps
 
 TARGET_S = 10.0
 ROUNDS = 3

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Generator
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -48,7 +48,9 @@ def _original_stderr(config: pytest.Config) -> IO[str]:
     capman = config.pluginmanager.getplugin("capturemanager")
     capturing = getattr(capman, "_global_capturing", None)
     saved = getattr(getattr(capturing, "err", None), "targetfd_save", None)
-    fd = saved if isinstance(saved, int) else sys.__stderr__.fileno()
+    stderr = sys.__stderr__
+    assert stderr is not None  # the interpreter was started with a stderr
+    fd = saved if isinstance(saved, int) else stderr.fileno()
     return os.fdopen(os.dup(fd), "w", buffering=1)
 
 
@@ -71,7 +73,7 @@ class Watchdog:
     def _timeout_of(self, item: pytest.Item) -> float:
         """The test's own pytest-timeout budget: its marker, else the ini value."""
         marker = item.get_closest_marker("timeout")
-        value = None
+        value: Any = None
         if marker is not None:
             value = marker.kwargs.get("timeout", marker.args[0] if marker.args else None)
         if value is None:

@@ -11,6 +11,7 @@ import signal
 from typing import Any
 
 from e2e.stack import E2EStack
+from kube_objects import meta
 from kubegpu.catalog import nvidia
 from kubegpu.mig.config import MigConfigEntry
 from kubegpu.mig_manager.layouts import generate_for_node
@@ -89,7 +90,7 @@ class ChaosStack(E2EStack):
         return pids
 
     async def node_labels(self, node: str) -> dict[str, str]:
-        labels = (await self.node(node)).metadata.labels
+        labels = meta(await self.node(node)).labels
         return dict(labels or {})
 
     async def deploy_labels(self, node: str) -> dict[str, str]:

@@ -32,9 +32,11 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from integration.dra_stack import DraCluster, DraPlugin, environ
+from kube_objects import meta
 from kubegpu.catalog import nvidia
 from kubegpu.dra.cdi import spec_file_name
 from kubegpu.mig.parted import read_node
+from kubegpu.nvml.interface import Nvml
 from kubegpu.nvml.sim import SimNvml
 from kubegpu.sim.kubelet.node import SimNode
 
@@ -160,7 +162,7 @@ def expected_uuids(chaos: DraChaos, claim: ClaimView) -> set[str] | None:
         return _uuids(nvml, claim)
 
 
-def _uuids(nvml: SimNvml, claim: ClaimView) -> set[str] | None:
+def _uuids(nvml: Nvml, claim: ClaimView) -> set[str] | None:
     out = set()
     for device in claim.devices:
         m = PLACEMENT.match(device)
@@ -175,7 +177,7 @@ def _uuids(nvml: SimNvml, claim: ClaimView) -> set[str] | None:
     return out
 
 
-def _gpu_uuid(nvml: SimNvml, index: int) -> str:
+def _gpu_uuid(nvml: Nvml, index: int) -> str:
     return nvml.device(index).uuid
 
 
@@ -259,7 +261,7 @@ def _gpus_problems(chaos: DraChaos, mig_claims: int) -> list[str]:
 async def unprepared_problems(chaos: DraChaos, pods: Sequence[str]) -> list[str]:
     """After the pods are deleted: nothing prepared is left anywhere."""
     problems = []
-    left = [p.metadata.name async for p in chaos.client.list(Pod, namespace=NAMESPACE)]
+    left = [meta(p).name async for p in chaos.client.list(Pod, namespace=NAMESPACE)]
     problems += [f"pod {name} not gone" for name in left if name in pods]
     problems += [f"CDI spec left: {p.name}" for p in chaos.spec_files()]
     problems += [f"checkpoint keeps {r.get('name')}" for r in chaos.checkpoint().values()]

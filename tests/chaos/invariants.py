@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kube_objects import meta
 from kubegpu.catalog import nvidia
 from kubegpu.mig.parted import assert_config, read_node
 from kubegpu.mig_manager.settings import PAUSED, PAUSED_ANNOTATION
@@ -70,7 +71,7 @@ async def deploy_labels_restored(stack: ChaosStack, baseline: Baseline) -> list[
         elif now != before:
             changed = sorted(set(now.items()) ^ set(before.items()))
             problems.append(f"{node}: deploy labels differ from before the faults: {changed}")
-        annotations = (await stack.node(node)).metadata.annotations or {}
+        annotations = meta(await stack.node(node)).annotations or {}
         if PAUSED_ANNOTATION in annotations:
             problems.append(f"{node}: the pause record {PAUSED_ANNOTATION} is left")
     return problems

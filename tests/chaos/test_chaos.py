@@ -21,6 +21,7 @@ import pytest
 from lightkube.resources.core_v1 import Pod
 
 from e2e.stack import wait_for
+from kube_objects import meta
 from kubegpu.catalog import nvidia
 
 from .cluster import (
@@ -135,14 +136,15 @@ async def kill_device_plugin_mid_allocate(
             phase = pod.status.phase if pod.status else None
             if phase not in ("Running", "Failed"):
                 return []
-            phases.append(f"{phase}{'/' + pod.status.reason if pod.status.reason else ''}")
+            reason = pod.status.reason if pod.status else None
+            phases.append(f"{phase}{'/' + reason if reason else ''}")
         return phases
 
     try:
         phases = await wait_for(admitted, timeout=SETTLE_S, what="every pod admitted or refused")
         held = await no_device_allocated_twice(stack, cast(Baseline, None))
         uids = {
-            (await stack.client.get(Pod, name, namespace=WORKLOAD_NAMESPACE)).metadata.uid: name
+            meta(await stack.client.get(Pod, name, namespace=WORKLOAD_NAMESPACE)).uid: name
             for name in names
         }
         given = {
@@ -165,7 +167,7 @@ async def kill_device_plugin_mid_allocate(
 
     async def pods_gone(s: ChaosStack, __: Baseline) -> list[str]:
         left = [
-            p.metadata.name
+            meta(p).name
             async for p in s.client.list(
                 Pod, namespace=WORKLOAD_NAMESPACE, labels={WORKLOAD_LABEL: "true"}
             )

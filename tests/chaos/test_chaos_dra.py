@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -72,8 +73,8 @@ async def dra_chaos(
         await _service_account(client)
         for name, (device_class, cel) in TEMPLATES.items():
             body = claim_template(name, [("gpu", device_class, cel)])
-            await client.create(
-                ResourceClaimTemplate.from_dict(body),  # type: ignore[attr-defined]
+            await client.create(  # type: ignore[call-overload]
+                ResourceClaimTemplate.from_dict(body),
                 namespace=NAMESPACE,
             )
         async with dra_cluster(
@@ -138,8 +139,8 @@ async def plugin_killed_mid_prepare(chaos: DraChaos, rng: random.Random) -> Faul
         pods = [f"{prefix}-{i}" for i in range(n)]
         for name, template in zip(pods, kinds, strict=True):
             body = claim_pod(name, {"gpu": template}, node=DRA_NODE)
-            await chaos.client.create(
-                cast(Pod, Pod.from_dict(body)),  # type: ignore[attr-defined]
+            await chaos.client.create(  # type: ignore[call-overload]
+                cast(Pod, Pod.from_dict(body)),
                 namespace=NAMESPACE,
             )
 
@@ -152,7 +153,7 @@ async def plugin_killed_mid_prepare(chaos: DraChaos, rng: random.Random) -> Faul
         if hit is None:  # every claim prepared between two looks: try a new batch
             missed += 1
             await _delete(chaos, pods)
-            _, left = await _until_empty(lambda p=pods: unprepared_problems(chaos, p), 60)
+            _, left = await _until_empty(functools.partial(unprepared_problems, chaos, pods), 60)
             if left:
                 what = f"{n} pods, no kill (window missed), not unprepared"
                 return FaultRecord(KIND, DRA_NODE, what, 0.0, {"unprepared": left})
@@ -162,10 +163,10 @@ async def plugin_killed_mid_prepare(chaos: DraChaos, rng: random.Random) -> Faul
         await asyncio.sleep(down)
         chaos.plugin.start()
         settle_s, problems = await _until_empty(
-            lambda p=pods: prepared_problems(chaos, p), SETTLE_S
+            functools.partial(prepared_problems, chaos, pods), SETTLE_S
         )
         await _delete(chaos, pods)
-        _, left = await _until_empty(lambda p=pods: unprepared_problems(chaos, p), 60)
+        _, left = await _until_empty(functools.partial(unprepared_problems, chaos, pods), 60)
         violations = {}
         if problems:
             violations["prepared once, pods see their devices"] = problems

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -212,7 +212,7 @@ async def allocate(stub: dp_grpc.DevicePluginStub, *ids: str) -> dp.ContainerAll
         dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=list(ids))])
     )
     (car,) = response.container_responses
-    return car
+    return cast(dp.ContainerAllocateResponse, car)
 
 
 async def prefer(
@@ -557,6 +557,7 @@ async def test_named_configs_in_a_directory_follow_their_contents(start: Start) 
         plugin.node.label = "missing"
         plugin._wake.set()
         await until(lambda: plugin.rejection is not None)
+        assert plugin.rejection is not None
         assert "specified config 'missing' does not exist" in plugin.rejection
         assert plugin.counts() == {"nvidia.com/gpu": 1}
     finally:

@@ -16,6 +16,7 @@ from kubegpu.exporter.dra import (
     attribute_claims,
     parse_device_name,
 )
+from kubegpu.exporter.pods import EntityKey
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.podresources import ClaimDevice
 
@@ -118,7 +119,7 @@ def test_device_names_parse_as_the_plugin_writes_them() -> None:
 
 def test_other_drivers_unknown_devices_and_series_not_served_are_left_out() -> None:
     index = DraIndex({0: 0, 1: 1}, {(1, 19, 0): MigTarget(7, "1g.10gb", "MIG-a")})
-    entities = frozenset({("gpu", 0), ("gi", 1, 7)})
+    entities: frozenset[EntityKey] = frozenset({("gpu", 0), ("gi", 1, 7)})
 
     def held(driver: str, device: str) -> ClaimDevice:
         return ClaimDevice("ns", "p", "c", "claim", "ns", driver, "node-a", device)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from sim_kubelet import node_context
@@ -55,7 +55,7 @@ async def waiting_reason(
 
 
 def ready(status: dict[str, Any]) -> str:
-    return next(c["status"] for c in status["conditions"] if c["type"] == "Ready")
+    return cast(str, next(c["status"] for c in status["conditions"] if c["type"] == "Ready"))
 
 
 async def test_an_image_reference_that_does_not_parse_is_invalid_image_name(

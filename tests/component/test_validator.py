@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -47,10 +48,10 @@ def out(tmp_path: Path) -> Path:
     return tmp_path / "validations"
 
 
-def validator(node: SimNvml, out: Path, component: str, **kw: object) -> Validator:
+def validator(node: SimNvml, out: Path, component: str, **kw: Any) -> Validator:
     settings = ValidatorSettings(
         component=component, output_dir=out, cdi_dirs=(out.parent / "cdi",), **kw
-    )  # type: ignore[arg-type]
+    )
     return Validator(settings, sim_backend(node.store.path))
 
 

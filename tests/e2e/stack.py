@@ -11,6 +11,7 @@ from typing import Any
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
+from kube_objects import meta
 from kubegpu.sim.cluster import NodeEntry
 from kubegpu.sim.stack import NAMESPACE, POLICY, Stack
 
@@ -37,7 +38,7 @@ class E2EStack(Stack):
     async def operand_pods(self) -> list[Pod]:
         pods = await self.pods()
         return [
-            p for p in pods if any(o.kind == "DaemonSet" for o in p.metadata.ownerReferences or [])
+            p for p in pods if any(o.kind == "DaemonSet" for o in meta(p).ownerReferences or [])
         ]
 
     async def operator_metrics(self) -> dict[str, float]:

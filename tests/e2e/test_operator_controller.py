@@ -43,7 +43,7 @@ async def api(control_plane: ControlPlane) -> AsyncIterator[AsyncClient]:
         KubeConfig.from_file(control_plane.kubeconfig_path), field_manager="kg-test"
     )
     for crd in crd_manifests():
-        await client.apply(CustomResourceDefinition.from_dict(crd), force=True)  # type: ignore[attr-defined]
+        await client.apply(CustomResourceDefinition.from_dict(crd), force=True)
 
     async def served() -> bool:
         [p async for p in client.list(ClusterPolicyResource)]  # 404 until the CRD is served

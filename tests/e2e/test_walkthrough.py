@@ -16,12 +16,14 @@ import tempfile
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
+from kube_objects import meta
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.nodes import watch_node
 from kubegpu.sim.cluster import NodeEntry
@@ -97,7 +99,7 @@ async def gpu_resources(stack: E2EStack, node: str) -> dict[str, str]:
 
 
 async def settled_on(stack: E2EStack, node: str, config: str, want: dict[str, str]) -> bool:
-    labels = (await stack.node(node)).metadata.labels or {}
+    labels = meta(await stack.node(node)).labels or {}
     return (
         labels.get(MIG_CONFIG) == config
         and labels.get(MIG_STATE) == "success"
@@ -167,7 +169,7 @@ async def test_a_mig_change_that_removes_devices_with_a_strategy_patch_right_aft
 async def test_switching_the_mig_configmap_and_labelling_at_once_never_fails(
     walk: E2EStack,
 ) -> None:
-    await walk.client.create(
+    await walk.client.create(  # type: ignore[call-overload]
         ConfigMap(
             metadata=ObjectMeta(name="custom-mig-config"),
             data={"config.yaml": (EXAMPLES / "inference-mix.yaml").read_text()},
@@ -202,7 +204,7 @@ async def test_the_smoke_test_pods_complete_and_their_logs_name_their_gpu(walk: 
     plain = walk.nodes[PLAIN_NODE].nvml
     assert plain is not None
     (l4,) = plain.devices()
-    smoke = {
+    smoke: dict[str, dict[str, Any]] = {
         "nvidia-smi": {
             "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
             "command": ["nvidia-smi"],
@@ -228,8 +230,8 @@ async def test_the_smoke_test_pods_complete_and_their_logs_name_their_gpu(walk: 
         }
         if "command" in how:
             container["command"] = how["command"]
-        await walk.client.create(
-            Pod.from_dict(  # type: ignore[attr-defined]
+        await walk.client.create(  # type: ignore[call-overload]
+            Pod.from_dict(
                 {
                     "metadata": {"name": name, "namespace": "default"},
                     "spec": {

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from kube_objects import meta
 from kubegpu.sim.cluster import NodeEntry
 from kubegpu.sim.controlplane.plane import ControlPlane
 from kubegpu.sim.stack import find_chart
@@ -51,19 +52,19 @@ async def no_nfd(control_plane: ControlPlane) -> AsyncIterator[E2EStack]:
 
 
 async def test_without_nfd_the_node_labeller_finds_the_gpu_nodes(no_nfd: E2EStack) -> None:
-    labels = (await no_nfd.node(GPU_NODE)).metadata.labels or {}
+    labels = meta(await no_nfd.node(GPU_NODE)).labels or {}
     assert not [k for k in labels if k.startswith("feature.node.kubernetes.io/")]  # as started
 
     async def ready() -> bool:
         return await no_nfd.policy_state() == "ready"
 
     await wait_for(ready, timeout=300, what="ClusterPolicy ready without NFD")
-    labels = (await no_nfd.node(GPU_NODE)).metadata.labels or {}
+    labels = meta(await no_nfd.node(GPU_NODE)).labels or {}
     assert labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
     assert labels["feature.node.kubernetes.io/pci-0302_10de.present"] == "true"
     assert labels["nvidia.com/gpu.present"] == "true"
     assert (await no_nfd.allocatable(GPU_NODE))["nvidia.com/gpu"] == "2"
-    cpu = (await no_nfd.node(CPU_NODE)).metadata.labels or {}
+    cpu = meta(await no_nfd.node(CPU_NODE)).labels or {}
     assert not [k for k in cpu if k.startswith(("nvidia.com/", "feature.node.kubernetes.io/"))]
     labellers = await no_nfd.pods(**{"app.kubernetes.io/name": "kubegpu-node-labeller"})
     assert {p.spec.nodeName for p in labellers if p.spec} == {GPU_NODE, CPU_NODE}

@@ -58,7 +58,8 @@ def strings(schema: Schema) -> st.SearchStrategy[str]:
     if "enum" in schema:
         return st.sampled_from(schema["enum"])
     if "pattern" in schema:  # unanchored, as the API server matches it
-        return st.from_regex(schema["pattern"]).filter(lambda s: len(s) <= 40)
+        pattern: str = schema["pattern"]
+        return st.from_regex(pattern).filter(lambda s: len(s) <= 40)
     return st.one_of(st.sampled_from(TRICKY_STRINGS), _TEXT)
 
 

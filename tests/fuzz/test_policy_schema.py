@@ -11,8 +11,8 @@ import os
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
-from openapi_strategies import BASE_POLICY, from_schema, merged, spec_schema
 
+from fuzz.openapi_strategies import BASE_POLICY, from_schema, merged, spec_schema
 from kubegpu.operator import status as st
 from kubegpu.operator.api import OWNED, Api
 from kubegpu.operator.reconciler import Caches, Plan, Reconciler, Snapshot

@@ -209,7 +209,7 @@ async def device_classes_applied(akube: AsyncClient) -> AsyncIterator[None]:
     """The DeviceClasses gpu.nvidia.com and mig.nvidia.com, deleted on exit."""
     for body in device_classes():
         with contextlib.suppress(ApiError):  # left by an earlier test: the same content
-            await akube.create(DeviceClass.from_dict(body))  # type: ignore[attr-defined]
+            await akube.create(DeviceClass.from_dict(body))  # type: ignore[call-overload]
     try:
         yield
     finally:

@@ -83,7 +83,7 @@ class FakeDraPlugin(reg_grpc.RegistrationServicer, dra_grpc.DRAPluginServicer):
         self.endpoint.unlink(missing_ok=True)
 
     # -- registration ---------------------------------------------------------------------
-    async def GetInfo(self, request, context):  # type: ignore[no-untyped-def]
+    async def GetInfo(self, request, context):
         # the endpoint as the host sees it: under /var/lib/kubelet of the node
         return reg.PluginInfo(
             type=self.type,
@@ -92,7 +92,7 @@ class FakeDraPlugin(reg_grpc.RegistrationServicer, dra_grpc.DRAPluginServicer):
             supported_versions=[DRA_V1_VERSION],
         )
 
-    async def NotifyRegistrationStatus(self, request, context):  # type: ignore[no-untyped-def]
+    async def NotifyRegistrationStatus(self, request, context):
         self.registrations.append((request.plugin_registered, request.error))
         if request.plugin_registered:
             await self.publish()
@@ -109,13 +109,13 @@ class FakeDraPlugin(reg_grpc.RegistrationServicer, dra_grpc.DRAPluginServicer):
             },
         }
         try:
-            await self.client.create(ResourceSlice.from_dict(body))  # type: ignore[attr-defined]
+            await self.client.create(ResourceSlice.from_dict(body))  # type: ignore[call-overload]
         except ApiError as exc:
             if exc.status.code != 409:
                 raise
 
     # -- DRA ------------------------------------------------------------------------------
-    async def NodePrepareResources(self, request, context):  # type: ignore[no-untyped-def]
+    async def NodePrepareResources(self, request, context):
         self.prepare_calls.append([c.name for c in request.claims])
         out = {}
         for c in request.claims:
@@ -156,7 +156,7 @@ class FakeDraPlugin(reg_grpc.RegistrationServicer, dra_grpc.DRAPluginServicer):
             )
         return dra.NodePrepareResourcesResponse(claims=out)
 
-    async def NodeUnprepareResources(self, request, context):  # type: ignore[no-untyped-def]
+    async def NodeUnprepareResources(self, request, context):
         self.unprepare_calls.append([c.name for c in request.claims])
         if self.fail_unprepare:
             return dra.NodeUnprepareResourcesResponse(

@@ -50,10 +50,10 @@ class FakePlugin(dp_grpc.DevicePluginServicer):
         self.devices[device] = "Healthy" if healthy else "Unhealthy"
         self._changed.set()
 
-    async def GetDevicePluginOptions(self, request, context):  # type: ignore[no-untyped-def]
+    async def GetDevicePluginOptions(self, request, context):
         return dp.DevicePluginOptions(get_preferred_allocation_available=True)
 
-    async def ListAndWatch(self, request, context):  # type: ignore[no-untyped-def]
+    async def ListAndWatch(self, request, context):
         while True:
             yield dp.ListAndWatchResponse(
                 devices=[dp.Device(ID=d, health=h) for d, h in self.devices.items()]
@@ -61,7 +61,7 @@ class FakePlugin(dp_grpc.DevicePluginServicer):
             self._changed.clear()
             await self._changed.wait()
 
-    async def GetPreferredAllocation(self, request, context):  # type: ignore[no-untyped-def]
+    async def GetPreferredAllocation(self, request, context):
         out = []
         for req in request.container_requests:
             self.preferred_calls.append((list(req.available_deviceIDs), req.allocation_size))
@@ -69,7 +69,7 @@ class FakePlugin(dp_grpc.DevicePluginServicer):
             out.append(dp.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return dp.PreferredAllocationResponse(container_responses=out)
 
-    async def Allocate(self, request, context):  # type: ignore[no-untyped-def]
+    async def Allocate(self, request, context):
         out = []
         for req in request.container_requests:
             ids = list(req.devices_ids)
@@ -77,5 +77,5 @@ class FakePlugin(dp_grpc.DevicePluginServicer):
             out.append(dp.ContainerAllocateResponse(envs={"FAKE_DEVICES": ",".join(ids)}))
         return dp.AllocateResponse(container_responses=out)
 
-    async def PreStartContainer(self, request, context):  # type: ignore[no-untyped-def]
+    async def PreStartContainer(self, request, context):
         return dp.PreStartContainerResponse()

@@ -18,6 +18,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
+from kube_objects import meta, status_of
 from kubegpu.mig.config import MigConfigEntry
 from kubegpu.mig.parted import apply_config
 from kubegpu.sharing.allocate import accepts_envvar, visible_devices
@@ -49,7 +50,7 @@ async def deploy(akube: AsyncClient, namespace: str) -> AsyncIterator[Callable[.
 
     async def install(node_selector: dict[str, str], configs: dict[str, str], default: str) -> None:
         name = f"kubegpu-dp-{uuid.uuid4().hex[:6]}"
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             ConfigMap(metadata=ObjectMeta(name="dp-configs"), data=configs), namespace=namespace
         )
         await akube.create(
@@ -72,7 +73,7 @@ async def deploy(akube: AsyncClient, namespace: str) -> AsyncIterator[Callable[.
             )
         )
         cluster_objects.append((ClusterRoleBinding, name))
-        ds = DaemonSet.from_dict(  # type: ignore[attr-defined]
+        ds = DaemonSet.from_dict(
             {
                 "metadata": {"name": "nvidia-device-plugin"},
                 "spec": {
@@ -136,7 +137,7 @@ async def deploy(akube: AsyncClient, namespace: str) -> AsyncIterator[Callable[.
                 },
             }
         )
-        await akube.create(ds, namespace=namespace)
+        await akube.create(ds, namespace=namespace)  # type: ignore[call-overload]
 
     yield install
     with contextlib.suppress(ApiError):
@@ -154,7 +155,7 @@ def plugin_logs(node: SimNode) -> str:
 
 async def allocatable(akube: AsyncClient, node: str, resource: str) -> str | None:
     n = await akube.get(Node, node)
-    return (n.status.allocatable or {}).get(resource)
+    return (status_of(n).allocatable or {}).get(resource)
 
 
 async def until_allocatable(
@@ -210,7 +211,7 @@ def gpu_pod(
         spec["volumes"] = [
             {"name": "out", "hostPath": {"path": "/srv/out", "type": "DirectoryOrCreate"}}
         ]
-    return Pod.from_dict({"metadata": {"name": name}, "spec": spec})  # type: ignore[attr-defined]
+    return Pod.from_dict({"metadata": {"name": name}, "spec": spec})
 
 
 async def test_mixed_mig_node_advertises_its_slices_and_pods_get_distinct_ones(
@@ -229,11 +230,11 @@ async def test_mixed_mig_node_advertises_its_slices_and_pods_get_distinct_ones(
     await until_allocatable(akube, "dp-mig", "nvidia.com/mig-1g.18gb", "56")
 
     for i in range(3):
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             gpu_pod(f"slice-{i}", "nvidia.com/mig-1g.18gb", {"dp": "mig"}, probe=True),
             namespace=namespace,
         )
-    await akube.create(gpu_pod("no-gpu", None, {"dp": "mig"}, probe=True), namespace=namespace)
+    await akube.create(gpu_pod("no-gpu", None, {"dp": "mig"}, probe=True), namespace=namespace)  # type: ignore[call-overload]
     out = node.root / "srv/out"
 
     async def all_written() -> bool:
@@ -280,30 +281,28 @@ async def test_time_slicing_health_kubelet_restart_and_relabel_on_an_l4_node(
     # an XID takes the GPU's 4 replicas out of allocatable; 2 quiet seconds bring them back
     node.inject_xid(2, 48)
     await until_allocatable(akube, "dp-ts", "nvidia.com/gpu", "12", timeout=30)
-    assert (await akube.get(Node, "dp-ts")).status.capacity["nvidia.com/gpu"] == "16"
+    assert status_of(await akube.get(Node, "dp-ts")).capacity["nvidia.com/gpu"] == "16"
     await until_allocatable(akube, "dp-ts", "nvidia.com/gpu", "16", timeout=30)
     assert any("XID 48" in m for m in await node_events(akube, "dp-ts", "GpuUnhealthy"))
 
     # 16 replicas: 16 pods run, the 17th stays Pending
     for i in range(17):
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             gpu_pod(f"ts-{i:02d}", "nvidia.com/gpu", {"dp": "ts"}), namespace=namespace
         )
 
     async def placed() -> list[str]:
         pods = [
-            p
-            async for p in akube.list(Pod, namespace=namespace)
-            if p.metadata.name.startswith("ts-")
+            p async for p in akube.list(Pod, namespace=namespace) if meta(p).name.startswith("ts-")
         ]
-        running = [p for p in pods if p.status.phase == "Running"]
-        pending = [p.metadata.name for p in pods if p.status.phase == "Pending"]
+        running = [p for p in pods if status_of(p).phase == "Running"]
+        pending = [meta(p).name for p in pods if status_of(p).phase == "Pending"]
         assert len(running) == 16 and len(pending) == 1, (len(running), pending)
         return pending
 
     (waiting,) = await eventually(placed, timeout=90)
     pod = await akube.get(Pod, waiting, namespace=namespace)
-    (cond,) = [c for c in pod.status.conditions or [] if c.type == "PodScheduled"]
+    (cond,) = [c for c in status_of(pod).conditions or [] if c.type == "PodScheduled"]
     assert (cond.status, cond.reason) == ("False", "Unschedulable")
     assert "nvidia.com/gpu" in (cond.message or "")
 
@@ -316,11 +315,11 @@ async def test_time_slicing_health_kubelet_restart_and_relabel_on_an_l4_node(
         p
         async for p in akube.list(Pod, namespace=namespace, labels={"app": "nvidia-device-plugin"})
     ]
-    restarts = plugin_pod.status.containerStatuses[0].restartCount
+    restarts = status_of(plugin_pod).containerStatuses[0].restartCount
     await relabel(akube, "dp-ts", "plain")
     await until_allocatable(akube, "dp-ts", "nvidia.com/gpu", "4", timeout=30)
-    again = await akube.get(Pod, plugin_pod.metadata.name, namespace=namespace)
-    assert again.status.containerStatuses[0].restartCount == restarts, plugin_logs(node)
+    again = await akube.get(Pod, meta(plugin_pod).name, namespace=namespace)
+    assert status_of(again).containerStatuses[0].restartCount == restarts, plugin_logs(node)
     applied = await node_events(akube, "dp-ts", "DevicePluginConfigApplied")
     assert any("config 'plain'" in m and "nvidia.com/gpu: 4" in m for m in applied)
 
@@ -342,7 +341,7 @@ def smi_pod(name: str, resource: str | None, node_selector: dict[str, str]) -> A
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 0,
     }
-    return Pod.from_dict({"metadata": {"name": name}, "spec": spec})  # type: ignore[attr-defined]
+    return Pod.from_dict({"metadata": {"name": name}, "spec": spec})
 
 
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
@@ -384,21 +383,21 @@ async def test_a_pod_without_a_gpu_request_sees_no_gpu_in_every_device_list_stra
             "smi-none": smi_pod(f"smi-none-{strategy}", None, where),
         }
         for pod in names.values():
-            await akube.create(pod, namespace=namespace)
+            await akube.create(pod, namespace=namespace)  # type: ignore[call-overload]
 
         async def finished(strategy: str = strategy) -> dict[str, int]:
             for name in (f"gpu-{strategy}", f"none-{strategy}"):
                 pod = await akube.get(Pod, name, namespace=namespace)
-                states = [c.state for c in pod.status.containerStatuses or []]
+                states = [c.state for c in status_of(pod).containerStatuses or []]
                 logs = [
                     p.read_text()[-500:]
                     for p in (node.root / "var/log/pods").glob(f"*_{name}_*/main/*.log")
                 ]
-                assert (out / name).exists(), (name, pod.status.phase, states, logs)
+                assert (out / name).exists(), (name, status_of(pod).phase, states, logs)
             codes = {}
             for kind in ("gpu", "none"):
                 pod = await akube.get(Pod, f"smi-{kind}-{strategy}", namespace=namespace)
-                state = (pod.status.containerStatuses or [None])[0]
+                state = (status_of(pod).containerStatuses or [None])[0]
                 assert state is not None and state.state.terminated is not None
                 codes[kind] = state.state.terminated.exitCode
             return codes
@@ -435,9 +434,9 @@ async def test_a_pod_without_a_gpu_request_sees_no_gpu_in_every_device_list_stra
 
         async def gone(strategy: str = strategy) -> bool:
             left = [
-                p.metadata.name
+                meta(p).name
                 async for p in akube.list(Pod, namespace=namespace)
-                if p.metadata.name.endswith(strategy)
+                if meta(p).name.endswith(strategy)
             ]
             assert not left, left
             return True

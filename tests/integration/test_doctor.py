@@ -187,7 +187,7 @@ async def test_a_workload_asking_for_isolation_on_a_time_sliced_gpu(stack: Stack
     before = await baseline(stack)
     pod = demo_pod("wants-exclusive", L4_NODE)
     pod["metadata"]["labels"] = {ISOLATION_LABEL: "exclusive"}
-    await stack.client.create(Pod.from_dict(pod))
+    await stack.client.create(Pod.from_dict(pod))  # type: ignore[call-overload]
     (finding,) = await new_findings(
         stack,
         before,
@@ -277,9 +277,7 @@ async def test_a_gpucluster_next_to_the_clusterpolicy_and_dra_next_to_the_device
 ) -> None:
     before = await baseline(stack)
     await stack.client.create(
-        GPUClusterResource.from_dict(
-            {"metadata": {"name": "gpu-cluster"}, "spec": {}}  # type: ignore[arg-type]
-        )
+        GPUClusterResource.from_dict({"metadata": {"name": "gpu-cluster"}, "spec": {}})
     )
     # a driver below the DRA minimum on the RTX node, seen by GFD when it starts again
     node = stack.nodes[RTX_NODE]
@@ -291,7 +289,7 @@ async def test_a_gpucluster_next_to_the_clusterpolicy_and_dra_next_to_the_device
         lambda: _label_is(stack, RTX_NODE, nvidia.CUDA_DRIVER_VERSION_FULL, "550.54.15"),
     )
     # the DRA driver's slice for the node, as its kubelet plugin publishes it
-    await stack.client.create(
+    await stack.client.create(  # type: ignore[call-overload]
         ResourceSlice.from_dict(
             {
                 "metadata": {"name": f"{RTX_NODE}-{nvidia.DRA_DRIVER}"},

@@ -19,6 +19,7 @@ from lightkube.resources.resource_v1 import (
     ResourceSlice,
 )
 
+from kube_objects import meta
 from kubegpu.sim.controlplane.plane import ControlPlane
 from kubegpu.sim.kubelet.node import SimNode
 
@@ -62,16 +63,14 @@ async def _publish(
             "pool": {"name": node, "generation": 1, "resourceSliceCount": len(slices)},
             **body,
         }
-        await akube.create(
-            ResourceSlice.from_dict(  # type: ignore[attr-defined]
-                {"metadata": {"name": f"{driver}-{node}-{i}"}, "spec": spec}
-            )
+        await akube.create(  # type: ignore[call-overload]
+            ResourceSlice.from_dict({"metadata": {"name": f"{driver}-{node}-{i}"}, "spec": spec})
         )
 
 
 async def _class_and_template(akube: AsyncClient, driver: str, namespace: str) -> None:
-    await akube.create(
-        DeviceClass.from_dict(  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        DeviceClass.from_dict(
             {
                 "metadata": {"name": driver},
                 "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]},
@@ -79,8 +78,8 @@ async def _class_and_template(akube: AsyncClient, driver: str, namespace: str) -
         )
     )
     for kind in ("whole", "half"):
-        await akube.create(
-            ResourceClaimTemplate.from_dict(  # type: ignore[attr-defined]
+        await akube.create(  # type: ignore[call-overload]
+            ResourceClaimTemplate.from_dict(
                 {
                     "metadata": {"name": kind},
                     "spec": {
@@ -114,7 +113,7 @@ async def _class_and_template(akube: AsyncClient, driver: str, namespace: str) -
 
 
 def _claim_pod(name: str, node: str, template: str) -> Any:
-    return Pod.from_dict(  # type: ignore[attr-defined]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {
@@ -173,7 +172,7 @@ async def test_the_scheduler_allocates_claims_against_slices_with_shared_counter
         ]
         assert any(s["spec"].get("sharedCounters") for s in slices), slices
 
-        await akube.create(_claim_pod("half-a", node, "half"), namespace=namespace)
+        await akube.create(_claim_pod("half-a", node, "half"), namespace=namespace)  # type: ignore[call-overload]
 
         async def allocated_half() -> dict[str, Any] | None:
             claim = await _pod_claim(akube, "half-a", namespace)
@@ -188,7 +187,7 @@ async def test_the_scheduler_allocates_claims_against_slices_with_shared_counter
         assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
 
         # the whole device shares the counters a half already uses: it cannot be allocated
-        await akube.create(_claim_pod("whole-a", node, "whole"), namespace=namespace)
+        await akube.create(_claim_pod("whole-a", node, "whole"), namespace=namespace)  # type: ignore[call-overload]
 
         async def unschedulable() -> bool:
             data = (await akube.get(Pod, "whole-a", namespace=namespace)).to_dict()
@@ -200,7 +199,7 @@ async def test_the_scheduler_allocates_claims_against_slices_with_shared_counter
 
         await eventually(unschedulable, timeout=60)
         # the second half still fits next to the first
-        await akube.create(_claim_pod("half-b", node, "half"), namespace=namespace)
+        await akube.create(_claim_pod("half-b", node, "half"), namespace=namespace)  # type: ignore[call-overload]
 
         async def second_half() -> str | None:
             c = await _pod_claim(akube, "half-b", namespace)
@@ -215,6 +214,6 @@ async def test_the_scheduler_allocates_claims_against_slices_with_shared_counter
                 await akube.delete(Pod, name, namespace=namespace, grace_period=0)
         async for s in akube.list(ResourceSlice, fields={"spec.driver": driver}):
             with contextlib.suppress(ApiError):
-                await akube.delete(ResourceSlice, s.metadata.name)
+                await akube.delete(ResourceSlice, meta(s).name)
         with contextlib.suppress(ApiError):
             await akube.delete(DeviceClass, driver)

@@ -15,6 +15,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
+from kube_objects import status_of
 from kubegpu.catalog import nvidia
 from kubegpu.nvml.sim import SimNvml
 from kubegpu.sim.controlplane.plane import ControlPlane
@@ -59,8 +60,8 @@ async def test_the_scheduler_allocates_a_mig_device_that_prepare_creates(
     names = {d["name"] for s in published for d in s["spec"].get("devices") or []}
     assert "gpu-0-mig-3g40gb-9-4" in names
 
-    await akube.create(
-        ResourceClaimTemplate.from_dict(  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        ResourceClaimTemplate.from_dict(
             {
                 "metadata": {"name": "half-gpu"},
                 "spec": {
@@ -91,8 +92,8 @@ async def test_the_scheduler_allocates_a_mig_device_that_prepare_creates(
     )
     pods = ("first", "second")
     for name in pods:
-        await akube.create(
-            Pod.from_dict(  # type: ignore[attr-defined]
+        await akube.create(  # type: ignore[call-overload]
+            Pod.from_dict(
                 {
                     "metadata": {"name": name},
                     "spec": {
@@ -117,7 +118,7 @@ async def test_the_scheduler_allocates_a_mig_device_that_prepare_creates(
     async def all_running() -> bool:
         for name in pods:
             pod = await akube.get(Pod, name, namespace=namespace)
-            if pod.status.phase != "Running":
+            if status_of(pod).phase != "Running":
                 return False
         return True
 

@@ -2,8 +2,8 @@
 dra-plugin`: the real scheduler allocates its claims against the node's slices, the pod's
 containers start, and `nvidia-smi -L` in them lists exactly the devices the claim was given.
 
-The claims are applied unchanged; the pods' containers run plain `nvidia-smi -L` (a simulated
-container runs one GPU command, not a shell script; the demo does the same)."""
+The examples are applied unchanged: each container's `sh -c "nvidia-smi -L; sleep 3600"`
+runs as a shell with the simulated `nvidia-smi` on its PATH."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
+from kube_objects import status_of
 from kubegpu.catalog import nvidia
 from kubegpu.sim.controlplane.plane import ControlPlane
 from kubegpu.sim.kubelet.node import SimNode
@@ -68,7 +69,7 @@ def _uuid(attributes: dict[str, Any], name: str) -> str:
 
 async def _started(akube: AsyncClient, name: str, namespace: str) -> Any:
     pod = await akube.get(Pod, name, namespace=namespace)
-    return pod if pod.status.phase in {"Running", "Succeeded", "Failed"} else None
+    return pod if status_of(pod).phase in {"Running", "Succeeded", "Failed"} else None
 
 
 def _logged_uuids(node: SimNode, namespace: str, pod: Any, container: str) -> set[str]:
@@ -97,11 +98,9 @@ async def test_an_example_claim_is_allocated_and_its_pod_sees_exactly_its_device
     for doc in docs:
         kinds = {"ResourceClaimTemplate": ResourceClaimTemplate, "ResourceClaim": ResourceClaim}
         if doc["kind"] in kinds:
-            await akube.create(kinds[doc["kind"]].from_dict(doc), namespace=namespace)
-    for doc in pods:
-        for container in doc["spec"]["containers"]:
-            container["command"] = ["nvidia-smi", "-L"]
-        await akube.create(Pod.from_dict(doc), namespace=namespace)  # type: ignore[attr-defined]
+            await akube.create(kinds[doc["kind"]].from_dict(doc), namespace=namespace)  # type: ignore[attr-defined, call-overload]
+    for doc in pods:  # as written: a shell that lists its GPUs, then sleeps
+        await akube.create(Pod.from_dict(doc), namespace=namespace)  # type: ignore[call-overload]
 
     for doc in pods:
         name = doc["metadata"]["name"]

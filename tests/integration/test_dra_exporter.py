@@ -17,6 +17,7 @@ from lightkube.resources.resource_v1 import ResourceClaimTemplate
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from kube_objects import status_of
 from kubegpu.catalog import nvidia
 from kubegpu.exporter import Exporter, ExporterConfig
 from kubegpu.nvml.sim import SimNvml
@@ -70,7 +71,7 @@ def exporter_config(cluster: DraCluster, enable_dra: bool) -> ExporterConfig:
 
 async def _claim_of(akube: AsyncClient, pod: str, namespace: str) -> str:
     got = await akube.get(Pod, pod, namespace=namespace)
-    (status,) = got.status.resourceClaimStatuses or []
+    (status,) = status_of(got).resourceClaimStatuses or []
     name: str = status.resourceClaimName
     return name
 
@@ -90,20 +91,20 @@ async def test_claim_pods_carry_their_claims_dra_labels_on_their_devices_series(
         ),
     ]:
         body = claim_template(name, [("gpu", device_class, cel)])
-        await akube.create(
-            ResourceClaimTemplate.from_dict(body),  # type: ignore[attr-defined]
+        await akube.create(  # type: ignore[call-overload]
+            ResourceClaimTemplate.from_dict(body),
             namespace=namespace,
         )
     for pod, template in [("trainer", "whole"), ("notebook", "small")]:
-        await akube.create(
-            Pod.from_dict(claim_pod(pod, {"gpu": template})),  # type: ignore[attr-defined]
+        await akube.create(  # type: ignore[call-overload]
+            Pod.from_dict(claim_pod(pod, {"gpu": template})),
             namespace=namespace,
         )
 
     async def running() -> bool:
         for pod in ("trainer", "notebook"):
             got = await akube.get(Pod, pod, namespace=namespace)
-            if got.status.phase != "Running":
+            if status_of(got).phase != "Running":
                 return False
         return True
 

@@ -22,6 +22,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
+from kube_objects import status_of
 from kubegpu.catalog import nvidia
 from kubegpu.dra.classes import device_classes
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
@@ -49,7 +50,7 @@ async def node(
     for body in classes:
         with contextlib.suppress(ApiError):  # one left by another test: replace it
             await akube.delete(DeviceClass, body["metadata"]["name"])
-        await akube.create(DeviceClass.from_dict(body))  # type: ignore[attr-defined]
+        await akube.create(DeviceClass.from_dict(body))  # type: ignore[call-overload]
     try:
         async with sim_gpu_node(control_plane, akube, NODE, "h200-nvl:2") as sim:
             with dra_plugin(sim, control_plane, tmp_path):
@@ -65,12 +66,12 @@ async def node(
 async def test_a_plain_nvidia_com_gpu_pod_runs_on_a_dra_node(
     node: SimNode, akube: AsyncClient, namespace: str
 ) -> None:
-    capacity = (await akube.get(Node, NODE)).status.capacity or {}
+    capacity = status_of(await akube.get(Node, NODE)).capacity or {}
     assert nvidia.GPU_RESOURCE not in capacity  # no device plugin on a DRA node
     devices = await wait_published(akube, NODE)
     uuids = {d["attributes"]["uuid"]["string"] for d in devices.values()}
-    await akube.create(
-        Pod.from_dict(  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        Pod.from_dict(
             {
                 "metadata": {"name": "legacy"},
                 "spec": {

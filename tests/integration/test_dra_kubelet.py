@@ -23,6 +23,7 @@ from lightkube.resources.resource_v1 import (
     ResourceSlice,
 )
 
+from kube_objects import meta, status_of
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
 from kubegpu.sim.kubelet.dramanager import FAILED_PREPARE
@@ -51,16 +52,16 @@ def make_node(sim_nodes: SimNodes) -> MakeNode:
 async def driver(akube: AsyncClient, namespace: str) -> AsyncIterator[str]:
     """A driver name of this test, its DeviceClass and a claim template `one` (one device)."""
     name = f"{namespace}.example.com"
-    await akube.create(
-        DeviceClass.from_dict(  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        DeviceClass.from_dict(
             {
                 "metadata": {"name": name},
                 "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{name}'"}}]},
             }
         )
     )
-    await akube.create(
-        ResourceClaimTemplate.from_dict(  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        ResourceClaimTemplate.from_dict(
             {
                 "metadata": {"name": "one"},
                 "spec": {
@@ -77,7 +78,7 @@ async def driver(akube: AsyncClient, namespace: str) -> AsyncIterator[str]:
     yield name
     async for s in akube.list(ResourceSlice, fields={"spec.driver": name}):
         with contextlib.suppress(ApiError):
-            await akube.delete(ResourceSlice, s.metadata.name)
+            await akube.delete(ResourceSlice, meta(s).name)
     with contextlib.suppress(ApiError):
         await akube.delete(DeviceClass, name)
 
@@ -109,7 +110,7 @@ async def _slices(akube: AsyncClient, driver: str, node: str) -> list[Any]:
 
 
 def _claim_pod(name: str, node: str) -> Any:
-    return Pod.from_dict(  # type: ignore[attr-defined]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {
@@ -136,7 +137,7 @@ def _environ(pid: int) -> dict[str, str]:
 
 async def _running(akube: AsyncClient, name: str, namespace: str) -> Any:
     pod = await akube.get(Pod, name, namespace=namespace)
-    return pod if pod.status.phase == "Running" else None
+    return pod if status_of(pod).phase == "Running" else None
 
 
 async def test_a_plugin_registers_and_a_restarted_kubelet_gets_its_slices_again(
@@ -152,7 +153,7 @@ async def test_a_plugin_registers_and_a_restarted_kubelet_gets_its_slices_again(
             "devices": [{"name": "old-0"}],
         },
     }
-    await akube.create(ResourceSlice.from_dict(stale))  # type: ignore[attr-defined]
+    await akube.create(ResourceSlice.from_dict(stale))  # type: ignore[call-overload]
     node = await make_node("dra-reg")
     assert await _slices(akube, driver, node.name) == []
 
@@ -201,7 +202,7 @@ async def test_claims_are_prepared_before_the_pod_runs_and_unprepared_after_it(
     node = await make_node("dra-pods")
     plugin = await _plugin(plugins, akube, node, driver)
     await eventually(lambda: _slices(akube, driver, node.name))
-    await akube.create(_claim_pod("uses-claim", node.name), namespace=namespace)
+    await akube.create(_claim_pod("uses-claim", node.name), namespace=namespace)  # type: ignore[call-overload]
 
     pod = await eventually(lambda: _running(akube, "uses-claim", namespace), timeout=60)
     (claim_status,) = pod.status.resourceClaimStatuses
@@ -243,7 +244,7 @@ async def test_a_failed_prepare_keeps_the_pod_waiting_and_is_retried(
     node = await make_node("dra-fails")
     plugin = await _plugin(plugins, akube, node, driver, fail_prepare="device dev-0 is on fire")
     await eventually(lambda: _slices(akube, driver, node.name))
-    await akube.create(_claim_pod("waits", node.name), namespace=namespace)
+    await akube.create(_claim_pod("waits", node.name), namespace=namespace)  # type: ignore[call-overload]
 
     async def reported() -> list[Any]:
         return [
@@ -259,7 +260,7 @@ async def test_a_failed_prepare_keeps_the_pod_waiting_and_is_retried(
 
     async def waiting() -> Any:
         pod = await akube.get(Pod, "waits", namespace=namespace)
-        statuses = pod.status.containerStatuses or []
+        statuses = status_of(pod).containerStatuses or []
         return pod if statuses and statuses[0].state.waiting else None
 
     pod = await eventually(waiting)
@@ -295,8 +296,8 @@ async def test_a_claim_shared_by_two_pods_is_prepared_once_and_unprepared_after_
     node = await make_node("dra-shared")
     plugin = await _plugin(plugins, akube, node, driver)
     await eventually(lambda: _slices(akube, driver, node.name))
-    await akube.create(
-        ResourceClaim.from_dict(  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        ResourceClaim.from_dict(
             {
                 "metadata": {"name": "shared"},
                 "spec": {
@@ -313,7 +314,7 @@ async def test_a_claim_shared_by_two_pods_is_prepared_once_and_unprepared_after_
         pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
         sidecar = {**pod["spec"]["containers"][0], "name": "sidecar"}
         pod["spec"]["containers"].append(sidecar)
-        await akube.create(Pod.from_dict(pod), namespace=namespace)  # type: ignore[attr-defined]
+        await akube.create(Pod.from_dict(pod), namespace=namespace)  # type: ignore[call-overload]
     for name in ("first", "second"):
         await eventually(lambda n=name: _running(akube, n, namespace), timeout=60)
     assert plugin.prepare_calls == [["shared"]]
@@ -347,7 +348,7 @@ async def test_a_failed_unprepare_is_retried_across_a_kubelet_restart(
     node = await make_node("dra-unprep")
     plugin = await _plugin(plugins, akube, node, driver, fail_unprepare="device busy")
     await eventually(lambda: _slices(akube, driver, node.name))
-    await akube.create(_claim_pod("done", node.name), namespace=namespace)
+    await akube.create(_claim_pod("done", node.name), namespace=namespace)  # type: ignore[call-overload]
     await eventually(lambda: _running(akube, "done", namespace), timeout=60)
     ((claim_uid, _),) = plugin.prepared.items()
 

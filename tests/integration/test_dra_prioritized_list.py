@@ -16,6 +16,7 @@ from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
+from kube_objects import status_of
 from kubegpu.catalog import nvidia
 from kubegpu.sim.controlplane.plane import ControlPlane
 
@@ -104,14 +105,14 @@ async def test_the_plugin_prepares_whichever_subrequest_the_scheduler_picked(
         d["attributes"]["uuid"]["string"]: d["attributes"]["profile"]["string"]
         for d in devices.values()
     }
-    await akube.create(from_dict(TEMPLATE), namespace=namespace)
+    await akube.create(from_dict(TEMPLATE), namespace=namespace)  # type: ignore[call-overload]
     got: dict[str, tuple[str, str]] = {}  # pod -> (result request, profile its container sees)
     for name in ("first", "second"):  # one after the other: the order decides who falls back
-        await akube.create(from_dict(pod(name)), namespace=namespace)
+        await akube.create(from_dict(pod(name)), namespace=namespace)  # type: ignore[call-overload]
 
         async def running(name: str = name) -> Any:
             p = await akube.get(Pod, name, namespace=namespace)
-            return p if p.status.phase == "Running" else None
+            return p if status_of(p).phase == "Running" else None
 
         p = await eventually(running, timeout=120)
         (status,) = p.status.resourceClaimStatuses

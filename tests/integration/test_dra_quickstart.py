@@ -23,6 +23,7 @@ from lightkube import AsyncClient
 from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 
+from kube_objects import status_of
 from kubegpu.catalog import nvidia
 from kubegpu.sim.controlplane.plane import ControlPlane
 
@@ -76,12 +77,12 @@ async def run(akube: AsyncClient, cluster: DraCluster, namespace: str, spec: str
     """Apply the spec, wait for every pod to run, and read what each container got."""
     docs = load(spec)
     for d in docs:
-        await akube.create(from_dict(d), namespace=namespace)
+        await akube.create(from_dict(d), namespace=namespace)  # type: ignore[call-overload]
     pods = [d["metadata"]["name"] for d in docs if d["kind"] == "Pod"]
 
     async def all_running() -> list[Any] | None:
         got = [await akube.get(Pod, p, namespace=namespace) for p in pods]
-        return got if all(p.status.phase == "Running" for p in got) else None
+        return got if all(status_of(p).phase == "Running" for p in got) else None
 
     running = await eventually(all_running, timeout=120)
     seen: Seen = {}

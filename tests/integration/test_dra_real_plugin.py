@@ -16,6 +16,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
+from kube_objects import status_of
 from kubegpu.catalog import nvidia
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
@@ -67,8 +68,8 @@ async def test_the_real_plugin_serves_a_claim_end_to_end(
 
     await eventually(registered, timeout=30)
 
-    await akube.create(
-        ResourceClaimTemplate.from_dict(  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        ResourceClaimTemplate.from_dict(
             {
                 "metadata": {"name": "one-gpu"},
                 "spec": {
@@ -84,8 +85,8 @@ async def test_the_real_plugin_serves_a_claim_end_to_end(
         ),
         namespace=namespace,
     )
-    await akube.create(
-        Pod.from_dict(  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        Pod.from_dict(
             {
                 "metadata": {"name": "trainer"},
                 "spec": {
@@ -107,7 +108,7 @@ async def test_the_real_plugin_serves_a_claim_end_to_end(
 
     async def running() -> Any:
         pod = await akube.get(Pod, "trainer", namespace=namespace)
-        return pod if pod.status.phase == "Running" else None
+        return pod if status_of(pod).phase == "Running" else None
 
     pod = await eventually(running, timeout=90)
     assert pod.spec.nodeName == NODE  # placed by the real scheduler: the only node with GPUs
@@ -162,8 +163,8 @@ async def test_nvidia_smi_in_a_claim_pod_lists_only_the_claimed_gpu(
         for s in published
         for d in s["spec"].get("devices") or []
     }
-    await akube.create(
-        ResourceClaimTemplate.from_dict(  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        ResourceClaimTemplate.from_dict(
             {
                 "metadata": {"name": "one-gpu"},
                 "spec": {
@@ -179,8 +180,8 @@ async def test_nvidia_smi_in_a_claim_pod_lists_only_the_claimed_gpu(
         ),
         namespace=namespace,
     )
-    await akube.create(
-        Pod.from_dict(  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        Pod.from_dict(
             {
                 "metadata": {"name": "smi"},
                 "spec": {
@@ -202,7 +203,7 @@ async def test_nvidia_smi_in_a_claim_pod_lists_only_the_claimed_gpu(
 
     async def succeeded() -> Any:
         pod = await akube.get(Pod, "smi", namespace=namespace)
-        return pod if pod.status.phase == "Succeeded" else None
+        return pod if status_of(pod).phase == "Succeeded" else None
 
     pod = await eventually(succeeded, timeout=90)
     (log,) = (gpu_node.root / "var/log/pods").glob(f"{namespace}_smi_{pod.metadata.uid}/smi/*.log")

@@ -14,6 +14,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from kube_objects import status_of
 from kubegpu.exporter import Exporter, ExporterConfig
 from kubegpu.nvml.sim import SimNvml
 
@@ -27,7 +28,7 @@ NODE = "sim-exporter"
 
 
 def workload(name: str, resource: str) -> Any:
-    return Pod.from_dict(  # type: ignore[attr-defined]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {
@@ -88,7 +89,7 @@ async def test_pods_are_named_on_their_devices_series_and_their_devices_are_busy
 
         async def advertised() -> bool:
             n = await akube.get(Node, NODE)
-            return n.status.allocatable.get("nvidia.com/gpu.shared") == "4"
+            return status_of(n).allocatable.get("nvidia.com/gpu.shared") == "4"
 
         await eventually(advertised)
         config = ExporterConfig(
@@ -111,7 +112,7 @@ async def test_pods_are_named_on_their_devices_series_and_their_devices_are_busy
                 ("infer-a", "nvidia.com/gpu.shared"),
                 ("infer-b", "nvidia.com/gpu.shared"),
             ]:
-                await akube.create(workload(name, resource), namespace=namespace)
+                await akube.create(workload(name, resource), namespace=namespace)  # type: ignore[call-overload]
 
             async def attributed() -> dict[str, list[Sample]]:
                 m = await scrape(exporter.port)

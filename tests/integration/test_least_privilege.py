@@ -30,6 +30,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.authorization_v1 import SelfSubjectRulesReview, SubjectAccessReview
 from lightkube.resources.core_v1 import Namespace, ServiceAccount, ServiceAccountToken
 
+from kube_objects import meta
 from kubegpu.kube.policy import parse_policy_spec
 from kubegpu.operator.access import SENSITIVE, Forbidden, Grant, expand, parse_documented
 from kubegpu.operator.gpucluster import dra_states
@@ -103,7 +104,7 @@ def installed(control_plane: ControlPlane) -> Iterator[Installed]:
     finally:
         for resource in created:
             with contextlib.suppress(ApiError):
-                client.delete(type(resource), resource.metadata.name)
+                client.delete(type(resource), meta(resource).name)
         client.delete(Namespace, namespace)
         client.close()
 

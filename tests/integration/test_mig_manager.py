@@ -24,6 +24,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 
+from kube_objects import meta
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.nodes import watch_node
 from kubegpu.mig import parted
@@ -105,7 +106,7 @@ async def env(
             name, gpus=gpus, labels={**OPERAND_LABELS, **(labels or {})}, lease_interval_s=1.0
         )
         for operand in ("device-plugin", "gpu-feature-discovery", "dcgm-exporter"):
-            await akube.create(_operand(name, operand), namespace=namespace)
+            await akube.create(_operand(name, operand), namespace=namespace)  # type: ignore[call-overload]
         recorder = Recorder(akube, name)
         cleanups.append(recorder.stop)
         out: Env = {"node": node, "recorder": recorder, "namespace": namespace}
@@ -120,7 +121,7 @@ async def env(
 def _operand(node: str, operand: str) -> DaemonSet:
     """A DaemonSet that runs on `node` while nvidia.com/gpu.deploy.<operand>=true."""
     app = f"{operand}-{node}"
-    return DaemonSet.from_dict(  # type: ignore[attr-defined]
+    return DaemonSet.from_dict(
         {
             "metadata": {"name": app},
             "spec": {
@@ -199,7 +200,7 @@ async def events(akube: AsyncClient, node: str) -> list[tuple[str, str]]:
 
 async def operand_pods(akube: AsyncClient, namespace: str, node: str) -> list[str]:
     pods = [
-        p.metadata.name
+        meta(p).name
         async for p in akube.list(Pod, namespace=namespace, fields={"spec.nodeName": node})
         if p.status is not None and p.status.phase == "Running"
     ]
@@ -258,7 +259,7 @@ async def test_a_layout_is_applied_with_operands_paused_and_restored_exactly(
     assert await deploy_labels(akube, node.name) == before  # ...and exactly restored
     assert layout(node) == [Counter({"1g.18gb": 7})] * 8
     n = await akube.get(Node, node.name)
-    assert PAUSED_ANNOTATION not in (n.metadata.annotations or {})
+    assert PAUSED_ANNOTATION not in (meta(n).annotations or {})
     # the operands' pods come back
     await eventually(lambda: _count(operand_pods(akube, e["namespace"], node.name), 2))
     reasons = [r for r, _ in await events(akube, node.name)]
@@ -270,7 +271,7 @@ async def test_a_layout_is_applied_with_operands_paused_and_restored_exactly(
     assert sum(1 for d in spec["devices"] if ":" in d["name"]) == 56
     # without a configured file or ConfigMap, the layouts are generated and published
     cm = await akube.get(ConfigMap, "mm-apply-mig-config", namespace=e["namespace"])
-    assert cm.metadata.labels["nvidia.com/node-name"] == "mm-apply"
+    assert meta(cm).labels["nvidia.com/node-name"] == "mm-apply"
     assert "all-1g.18gb:" in cm.data["config.yaml"]
     assert cm.data["config.yaml"].startswith("# DO NOT EDIT")
 
@@ -324,7 +325,7 @@ mig-configs:
     - {devices: [9], mig-enabled: true, mig-devices: {"7g.141gb": 1}}
 """
     e = await env(f"mm-refuse-{len(config)}", config_map="custom-mig", unknown_config_wait_s=0)
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="custom-mig"), data={"config.yaml": custom}),
         namespace=e["namespace"],
     )
@@ -354,7 +355,7 @@ async def test_a_gpu_a_workload_pod_holds_is_not_repartitioned(
     plugin = FakePlugin(node.devices.plugin_dir, "nvidia.com/gpu", uuids)
     await plugin.start()
     try:
-        workload = Pod.from_dict(  # type: ignore[attr-defined]
+        workload = Pod.from_dict(
             {
                 "metadata": {"name": "trainer"},
                 "spec": {
@@ -369,7 +370,7 @@ async def test_a_gpu_a_workload_pod_holds_is_not_repartitioned(
                 },
             }
         )
-        await akube.create(workload, namespace=e["namespace"])
+        await akube.create(workload, namespace=e["namespace"])  # type: ignore[call-overload]
         await eventually(lambda: _running(akube, "trainer", e["namespace"]))
         (held,) = plugin.allocate_calls[-1]
         busy = uuids.index(held)
@@ -386,7 +387,7 @@ async def test_a_gpu_a_workload_pod_holds_is_not_repartitioned(
                 ],
             },
         }
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             ConfigMap(
                 metadata=ObjectMeta(name="around-the-busy-gpu"),
                 data={"config.yaml": yaml.safe_dump(config)},
@@ -426,7 +427,7 @@ async def test_operand_pods_that_do_not_go_fail_the_change_and_restore_the_label
     e = await env("mm-stuck", pods_timeout_s=1.0)
     node: SimNode = e["node"]
     # a pod that needs the device-plugin label but that no controller removes
-    stuck = Pod.from_dict(  # type: ignore[attr-defined]
+    stuck = Pod.from_dict(
         {
             "metadata": {"name": "stuck-client"},
             "spec": {
@@ -436,7 +437,7 @@ async def test_operand_pods_that_do_not_go_fail_the_change_and_restore_the_label
             },
         }
     )
-    await akube.create(stuck, namespace=e["namespace"])
+    await akube.create(stuck, namespace=e["namespace"])  # type: ignore[call-overload]
     await eventually(lambda: _running(akube, "stuck-client", e["namespace"]))
     before = await deploy_labels(akube, node.name)
     await e["start"]()
@@ -476,7 +477,7 @@ async def test_a_manager_killed_at_any_step_converges_when_it_starts_again(
     assert await deploy_labels(akube, node.name) == before
     assert layout(node) == [Counter({"1g.18gb": 7})] * 8
     n = await akube.get(Node, node.name)
-    assert PAUSED_ANNOTATION not in (n.metadata.annotations or {})
+    assert PAUSED_ANNOTATION not in (meta(n).annotations or {})
     assert (e["recorder"].states or ["success"])[-1] == "success"
 
 
@@ -554,7 +555,7 @@ async def test_the_inference_mix_example_from_a_configmap(
 ) -> None:
     e = await env("mm-mix", gpus="h200-nvl:4", config_map="custom-mig-config")
     text = (EXAMPLES / "inference-mix.yaml").read_text()
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="custom-mig-config"), data={"config.yaml": text}),
         namespace=e["namespace"],
     )
@@ -583,7 +584,7 @@ async def test_removing_the_state_label_retries_the_same_config(
         (EXAMPLES / "inference-mix.yaml").read_text().replace("[1, 2, 3]", "[1, 2, 3, 4, 5, 6, 7]")
     )
     text += '  all-1g.18gb: [{devices: all, mig-enabled: true, mig-devices: {"1g.18gb": 7}}]\n'
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="later"), data={"config.yaml": text}),
         namespace=e["namespace"],
     )
@@ -607,7 +608,7 @@ async def test_a_config_name_that_arrives_while_waiting_is_applied_and_never_fai
     """Patching the MIG ConfigMap's name and labelling the node at once: the label can name
     a config before the manager reads the ConfigMap that has it (issue 17)."""
     e = await env("mm-switch", gpus="h200-nvl:2", config_map="switching")
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="switching"), data={"config.yaml": SWITCHING}),
         namespace=e["namespace"],
     )
@@ -638,7 +639,7 @@ async def test_a_config_name_that_never_arrives_fails_after_the_wait_saying_so(
     env: Callable[..., Awaitable[Env]], akube: AsyncClient
 ) -> None:
     e = await env("mm-never", gpus="h200-nvl:1", config_map="switching")
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="switching"), data={"config.yaml": SWITCHING}),
         namespace=e["namespace"],
     )
@@ -658,7 +659,7 @@ async def test_a_new_label_ends_the_wait_for_a_missing_name(
     env: Callable[..., Awaitable[Env]], akube: AsyncClient
 ) -> None:
     e = await env("mm-changed", gpus="h200-nvl:1", config_map="switching")
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="switching"), data={"config.yaml": SWITCHING}),
         namespace=e["namespace"],
     )

@@ -23,6 +23,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
+from kube_objects import meta, status_of
 from kubegpu.kube.labels import labels_of
 from kubegpu.kube.nodes import watch_node
 from kubegpu.mig_manager import MIG_CONFIG_LABEL, MIG_STATE_LABEL, PAUSED
@@ -74,7 +75,7 @@ def daemonset(
     for i, (vol, path) in enumerate(extra_volumes or []):
         volumes.append({"name": f"x{i}", **vol})
         mounts.append({"name": f"x{i}", "mountPath": path})
-    return DaemonSet.from_dict(  # type: ignore[attr-defined]
+    return DaemonSet.from_dict(
         {
             "metadata": {"name": app},
             "spec": {
@@ -201,13 +202,13 @@ async def cluster(control_plane: Any, akube: AsyncClient, namespace: str) -> Asy
         async def drop() -> None:  # the node itself ends after the test (sim_nodes)
             for ds in daemonsets:
                 with contextlib.suppress(ApiError):
-                    await akube.delete(DaemonSet, ds.metadata.name, namespace=namespace)
+                    await akube.delete(DaemonSet, meta(ds).name, namespace=namespace)
 
         cleanups.append(drop)
         recorder = Recorder(akube, name)
         cleanups.append(recorder.stop)
         for ds in daemonsets:
-            await akube.create(ds, namespace=namespace)
+            await akube.create(ds, namespace=namespace)  # type: ignore[call-overload]
         return node, recorder
 
     yield make
@@ -259,8 +260,8 @@ async def pod_uid(akube: AsyncClient, namespace: str, app: str, node: str) -> st
         async for p in akube.list(
             Pod, namespace=namespace, labels={"app": app}, fields={"spec.nodeName": node}
         ):
-            if p.status and p.status.phase == "Running" and not p.metadata.deletionTimestamp:
-                return str(p.metadata.uid)
+            if p.status and p.status.phase == "Running" and not meta(p).deletionTimestamp:
+                return str(meta(p).uid)
         return None
 
     return await eventually(running, timeout=WAIT_S)
@@ -344,7 +345,7 @@ async def test_mixed_strategy_repartitions_with_the_device_plugin_paused_and_bac
     mm = [
         p async for p in akube.list(Pod, namespace=namespace, labels={"app": "nvidia-mig-manager"})
     ]
-    assert mm[0].status.containerStatuses[0].restartCount >= 1
+    assert status_of(mm[0]).containerStatuses[0].restartCount >= 1
 
 
 async def _state_is(rec: Recorder, state: str) -> bool:
@@ -362,7 +363,7 @@ async def test_single_strategy_and_a_gpu_held_by_a_workload(
         mig_manager(),
     )
     await advertises(akube, node.name, {"nvidia.com/gpu": "8"})
-    workload = Pod.from_dict(  # type: ignore[attr-defined]
+    workload = Pod.from_dict(
         {
             "metadata": {"name": "trainer"},
             "spec": {
@@ -377,7 +378,7 @@ async def test_single_strategy_and_a_gpu_held_by_a_workload(
             },
         }
     )
-    await akube.create(workload, namespace=namespace)
+    await akube.create(workload, namespace=namespace)  # type: ignore[call-overload]
 
     async def trainer_running() -> bool:
         p = await akube.get(Pod, "trainer", namespace=namespace)
@@ -428,7 +429,7 @@ async def test_with_reboot_a_reset_needing_model_goes_through_rebooting(
 async def test_a_custom_configmap_like_the_inference_mix_example_under_mixed(
     cluster: Cluster, akube: AsyncClient, namespace: str
 ) -> None:
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(
             metadata=ObjectMeta(name="custom-mig-config"),
             data={"config.yaml": (EXAMPLES / "inference-mix.yaml").read_text()},

@@ -21,6 +21,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
+from kube_objects import meta, status_of
 from kubegpu.exporter.processes import ProcCgroups
 from kubegpu.mig.config import MigConfigEntry
 from kubegpu.mig.parted import apply_config
@@ -64,7 +65,7 @@ async def node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[SimNode]
 
 
 def component(name: str, command: list[str]) -> DaemonSet:
-    return DaemonSet.from_dict(  # type: ignore[attr-defined,no-any-return]
+    return DaemonSet.from_dict(
         {
             "metadata": {"name": name},
             "spec": {
@@ -115,7 +116,7 @@ def component(name: str, command: list[str]) -> DaemonSet:
 async def stack(akube: AsyncClient, namespace: str) -> AsyncIterator[None]:
     """The device plugin and the MPS control daemon, reading the same named config."""
     name = f"kubegpu-mm-{uuid.uuid4().hex[:6]}"
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="mps-mig-configs"), data={"mps-mig": CONFIG}),
         namespace=namespace,
     )
@@ -137,11 +138,11 @@ async def stack(akube: AsyncClient, namespace: str) -> AsyncIterator[None]:
     )
     config = ["--config-dir", "/available-configs", "--default-config", "mps-mig"]
     poll = ["--poll-interval", "0.2"]
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         component("mps-daemon", ["kubegpu", "mps-control-daemon", *config, *poll]),
         namespace=namespace,
     )
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         component("dp", ["kubegpu", "device-plugin", *config, *poll]), namespace=namespace
     )
     yield
@@ -159,7 +160,7 @@ def probe(name: str, resource: str) -> Pod:
         f"env | grep -E '^(CUDA_MPS_|NVIDIA_VISIBLE_DEVICES=)' | sort > /out/.{name}; "
         f"mv /out/.{name} /out/{name}; exec sleep 3600"
     )
-    return Pod.from_dict(  # type: ignore[attr-defined,no-any-return]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {
@@ -200,7 +201,7 @@ async def test_mps_inside_mig_instances_limits_and_fault_isolation(
 
     async def advertised() -> bool:
         n = await akube.get(Node, NODE)
-        got = {k: v for k, v in (n.status.allocatable or {}).items() if k.startswith("nvidia")}
+        got = {k: v for k, v in (status_of(n).allocatable or {}).items() if k.startswith("nvidia")}
         assert got == {BIG: "4", SMALL: "2", "nvidia.com/mig-1g.18gb": "2"}, (
             f"{got}\n{pod_logs(node)}"
         )
@@ -209,7 +210,7 @@ async def test_mps_inside_mig_instances_limits_and_fault_isolation(
     await eventually(advertised, timeout=90)
     pods = {"big-0": BIG, "big-1": BIG, "small-0": SMALL}
     for name, resource in pods.items():
-        await akube.create(probe(name, resource), namespace=namespace)
+        await akube.create(probe(name, resource), namespace=namespace)  # type: ignore[call-overload]
     out = node.root / "srv/out"
 
     async def written() -> bool:
@@ -247,7 +248,7 @@ async def test_mps_inside_mig_instances_limits_and_fault_isolation(
 
     # each pod's CUDA process is a client of the daemon its env names, on the device it got:
     # the node connected them itself (its pipe directory on the node, through the mounts)
-    uids = {(await akube.get(Pod, n, namespace=namespace)).metadata.uid: n for n in pods}
+    uids = {meta(await akube.get(Pod, n, namespace=namespace)).uid: n for n in pods}
     cgroups = ProcCgroups(node.root / "proc")
     procs = {uids[u]: p for p in node.nvml.processes(0) if (u := cgroups.pod_uid(p.pid)) in uids}
     assert set(procs) == set(pods), procs

@@ -22,6 +22,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate
 
+from kube_objects import status_of
 from kubegpu.catalog import get_model, nvidia
 from kubegpu.nvml import ENV_NVML
 from kubegpu.plan import make_plan, parse_data
@@ -114,7 +115,7 @@ async def _apply_mig(
 
 async def _running(akube: AsyncClient, name: str, namespace: str) -> Any:
     pod = await akube.get(Pod, name, namespace=namespace)
-    return pod if pod.status.phase == "Running" else None
+    return pod if status_of(pod).phase == "Running" else None
 
 
 async def test_the_planned_claims_are_allocated_where_the_plan_put_them(
@@ -133,14 +134,14 @@ async def test_the_planned_claims_are_allocated_where_the_plan_put_them(
     kinds = {"ResourceClaim": ResourceClaim, "ResourceClaimTemplate": ResourceClaimTemplate}
     claims = {d["metadata"]["name"]: d for d in yaml.safe_load_all(files["dra/claims.yaml"])}
     for doc in claims.values():
-        await akube.create(kinds[doc["kind"]].from_dict(doc), namespace=namespace)  # type: ignore[attr-defined]
+        await akube.create(kinds[doc["kind"]].from_dict(doc), namespace=namespace)  # type: ignore[attr-defined, call-overload]
     groups = yaml.safe_load(files["dra/pod-groups.yaml"])["workloads"]
     pods: dict[str, tuple[str, dict[str, Any]]] = {}  # pod -> (workload, its group)
     for workload, gs in groups.items():
         for g in gs:
             for name in g["pods"]:
                 pods[name] = (workload, g)
-                await akube.create(Pod.from_dict(_pod(name, g["spec"])), namespace=namespace)  # type: ignore[attr-defined]
+                await akube.create(Pod.from_dict(_pod(name, g["spec"])), namespace=namespace)  # type: ignore[call-overload]
     assert len(pods) == sum(w.placed for w in plan.workloads) == 11
 
     devices = {n: await published_devices(akube, n) for n in cluster.nodes}

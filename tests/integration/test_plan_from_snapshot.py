@@ -64,8 +64,8 @@ async def _pending(cluster: Cluster, name: str) -> None:
 async def test_pending_pods_for_a_missing_profile_get_the_fewest_gpus_relabelled(
     cluster: Cluster,
 ) -> None:
-    await cluster.akube.create(
-        ConfigMap.from_dict(  # type: ignore[attr-defined]
+    await cluster.akube.create(  # type: ignore[call-overload]
+        ConfigMap.from_dict(
             {
                 "metadata": {"name": nvidia.MIG_PARTED_DEFAULT_CONFIGMAP},
                 "data": {"config.yaml": MIG_LAYOUTS},

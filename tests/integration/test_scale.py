@@ -24,6 +24,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
+from kube_objects import status_of
 from kubegpu.catalog import nvidia
 from kubegpu.cli.app import root_command
 from kubegpu.kube.crds import crd_manifests
@@ -88,7 +89,7 @@ async def cluster(
     config = KubeConfig.from_file(cp.kubeconfig_path)
     client = AsyncClient(config, field_manager="kubegpu-tests")
     for crd in crd_manifests():
-        await client.apply(CustomResourceDefinition.from_dict(crd), force=True)  # type: ignore[attr-defined]
+        await client.apply(CustomResourceDefinition.from_dict(crd), force=True)  # type: ignore[call-overload]
     await client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
     roots = tmp_path_factory.mktemp("n")  # short: unix socket paths are limited
     nodes = [
@@ -135,9 +136,9 @@ async def not_ready_pods(client: AsyncClient) -> list[Any]:
     out = []
     async for p in client.list(Pod, namespace=NAMESPACE):
         statuses = [*(p.status.initContainerStatuses or []), *(p.status.containerStatuses or [])]  # type: ignore[union-attr]
-        if p.status.phase != "Running" or not all(
-            c.ready for c in p.status.containerStatuses or []
-        ):  # type: ignore[union-attr]
+        if status_of(p).phase != "Running" or not all(
+            c.ready for c in status_of(p).containerStatuses or []
+        ):
             out.append((p.metadata.name, p.spec.nodeName, [(c.name, c.state) for c in statuses]))  # type: ignore[union-attr]
     return out
 
@@ -301,7 +302,7 @@ async def test_many_nodes_install_roll_out_a_change_and_repartition_at_once(
         states: Counter[str] = Counter()
         async for node in client.list(Node):
             labels = node.metadata.labels or {}  # type: ignore[union-attr]
-            allocatable = (node.status.allocatable or {}) if node.status else {}  # type: ignore[union-attr]
+            allocatable = (node.status.allocatable or {}) if node.status else {}
             state = str(labels.get(nvidia.MIG_CONFIG_STATE))
             advertised = int(allocatable.get(MIG_RESOURCE, "0")) == MIG_INSTANCES
             states[state if advertised else f"{state}, instances not advertised yet"] += 1

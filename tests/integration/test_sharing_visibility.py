@@ -26,6 +26,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from kube_objects import meta
 from kubegpu.catalog import nvidia
 from kubegpu.device_plugin.plugin import DevicePlugin, PluginOptions
 from kubegpu.exporter import Exporter, ExporterConfig
@@ -117,7 +118,7 @@ def workload(
         env.append({"name": ENV_MEMORY, "value": str(memory_mib)})
     if sm is not None:
         env.append({"name": ENV_SM, "value": str(sm)})
-    return Pod.from_dict(  # type: ignore[attr-defined]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {
@@ -156,7 +157,7 @@ async def isolation_of(akube: AsyncClient, namespace: str, pod: str) -> list[dic
 
     async def annotated() -> list[dict[str, Any]] | None:
         p = await akube.get(Pod, pod, namespace=namespace)
-        text = (p.metadata.annotations or {}).get(nvidia.ISOLATION_ANNOTATION)
+        text = (meta(p).annotations or {}).get(nvidia.ISOLATION_ANNOTATION)
         return json.loads(text)["main"] if text else None
 
     got: list[dict[str, Any]] = await eventually(annotated, timeout=60)
@@ -177,10 +178,10 @@ async def test_two_pods_on_one_time_sliced_gpu_each_see_their_own_memory_and_uti
     gpu_node: Start, akube: AsyncClient, namespace: str
 ) -> None:
     share = await gpu_node("sim-share", "l4:1;seed=share-it", TIME_SLICED)
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         workload("small", "sim-share", "nvidia.com/gpu", 2048, 20), namespace=namespace
     )
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         workload("large", "sim-share", "nvidia.com/gpu", 6144, 45), namespace=namespace
     )
 
@@ -287,7 +288,7 @@ async def test_labels_annotations_and_metrics_say_the_method_of_every_sharing_mo
     mps = await gpu_node("sim-mps", "l4:1;seed=iso-mps", MPS, _daemon_started)
 
     async def labelled(name: str, want: dict[str, str]) -> bool:
-        labels = (await akube.get(Node, name)).metadata.labels or {}
+        labels = meta(await akube.get(Node, name)).labels or {}
         return all(labels.get(k) == v for k, v in want.items())
 
     await eventually(
@@ -309,7 +310,7 @@ async def test_labels_annotations_and_metrics_say_the_method_of_every_sharing_mo
         ("client", "sim-mps", "nvidia.com/gpu"),
     ]
     for name, pool, resource in pods:
-        await akube.create(workload(name, pool, resource), namespace=namespace)
+        await akube.create(workload(name, pool, resource), namespace=namespace)  # type: ignore[call-overload]
 
     h100 = mixed.nvml.device(1)
     mig = mixed.nvml.mig_devices(0)[0]

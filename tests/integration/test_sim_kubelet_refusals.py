@@ -13,6 +13,7 @@ from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
+from kube_objects import status_of
 from kubegpu.sim.kubelet.node import SimNode
 
 from .helpers import eventually
@@ -37,7 +38,7 @@ async def node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[SimNode]
 
 def daemonset(name: str, image: str) -> Any:
     labels = {"app": name}
-    return DaemonSet.from_dict(  # type: ignore[attr-defined]
+    return DaemonSet.from_dict(
         {
             "metadata": {"name": name},
             "spec": {
@@ -57,12 +58,12 @@ def daemonset(name: str, image: str) -> Any:
 async def waiting(akube: AsyncClient, namespace: str, selector: dict[str, str]) -> dict[str, Any]:
     async def refused() -> dict[str, Any] | None:
         async for pod in akube.list(Pod, namespace=namespace, labels=selector):
-            for status in pod.status.containerStatuses or []:
+            for status in status_of(pod).containerStatuses or []:
                 if status.state.waiting and status.state.waiting.reason != "ContainerCreating":
                     return {
                         "reason": status.state.waiting.reason,
                         "message": status.state.waiting.message,
-                        "phase": pod.status.phase,
+                        "phase": status_of(pod).phase,
                         "ready": status.ready,
                     }
         return None
@@ -73,8 +74,8 @@ async def waiting(akube: AsyncClient, namespace: str, selector: dict[str, str]) 
 async def test_a_daemonset_whose_image_does_not_parse_is_never_ready(
     node: SimNode, akube: AsyncClient, namespace: str
 ) -> None:
-    await akube.create(daemonset("good", "ghcr.io/kubegpu/workload:0.1.0-rc1"), namespace=namespace)
-    await akube.create(daemonset("bad", "ghcr.io/kubegpu/workload:0.1.0 rc1"), namespace=namespace)
+    await akube.create(daemonset("good", "ghcr.io/kubegpu/workload:0.1.0-rc1"), namespace=namespace)  # type: ignore[call-overload]
+    await akube.create(daemonset("bad", "ghcr.io/kubegpu/workload:0.1.0 rc1"), namespace=namespace)  # type: ignore[call-overload]
 
     async def good_ready() -> bool:
         ds = await akube.get(DaemonSet, "good", namespace=namespace)
@@ -94,12 +95,12 @@ async def test_a_daemonset_whose_image_does_not_parse_is_never_ready(
 async def test_an_env_key_a_configmap_lacks_is_create_container_config_error(
     node: SimNode, akube: AsyncClient, namespace: str
 ) -> None:
-    await akube.create(
-        ConfigMap.from_dict({"metadata": {"name": "settings"}, "data": {"present": "1"}}),  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        ConfigMap.from_dict({"metadata": {"name": "settings"}, "data": {"present": "1"}}),
         namespace=namespace,
     )
     ref = {"configMapKeyRef": {"name": "settings", "key": "absent"}}
-    pod = Pod.from_dict(  # type: ignore[attr-defined]
+    pod = Pod.from_dict(
         {
             "metadata": {"name": "needs-key", "labels": {"app": "needs-key"}},
             "spec": {
@@ -115,7 +116,7 @@ async def test_an_env_key_a_configmap_lacks_is_create_container_config_error(
             },
         }
     )
-    await akube.create(pod, namespace=namespace)
+    await akube.create(pod, namespace=namespace)  # type: ignore[call-overload]
     seen = await waiting(akube, namespace, {"app": "needs-key"})
     assert seen["reason"] == "CreateContainerConfigError"
     assert seen["message"] == "couldn't find key absent in ConfigMap settings"

@@ -14,6 +14,8 @@ import pytest
 from lightkube import Client, KubeConfig
 from lightkube.resources.core_v1 import Node
 
+from kube_objects import meta
+
 pytestmark = pytest.mark.cluster
 
 CLUSTER = """\
@@ -76,12 +78,10 @@ def test_up_registers_nodes_and_a_killed_run_is_cleaned_by_down(tmp_path: Path) 
         assert got.returncode == 0, got.stderr
         assert sorted(got.stdout.split()) == ["node/up-cpu", "node/up-gpu"]
         client = Client(KubeConfig.from_file(kubeconfig))
-        nodes = {n.metadata.name: n for n in client.list(Node)}
+        nodes = {meta(n).name: n for n in client.list(Node)}
         assert set(nodes) == {"up-gpu", "up-cpu"}
-        assert (
-            nodes["up-gpu"].metadata.labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
-        )
-        assert "feature.node.kubernetes.io/pci-10de.present" not in nodes["up-cpu"].metadata.labels
+        assert meta(nodes["up-gpu"]).labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
+        assert "feature.node.kubernetes.io/pci-10de.present" not in meta(nodes["up-cpu"]).labels
         assert "up-gpu" in text  # the status table
         client.close()
         control_plane_pids = [

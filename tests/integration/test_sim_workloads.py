@@ -12,6 +12,7 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
+from kube_objects import status_of
 from kubegpu.sim.kubelet.node import SimNode
 
 from .fake_plugin import FakePlugin
@@ -51,7 +52,7 @@ def workload(name: str, image: str, command: list[str] | None, gpus: int = 1) ->
         container["command"] = command
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
-    return Pod.from_dict(  # type: ignore[attr-defined,no-any-return]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {
@@ -81,7 +82,7 @@ async def test_nvidia_smi_lists_only_the_allocated_gpu_and_completes(
 ) -> None:
     assert gpu_node.nvml is not None
     uuids = [d.uuid for d in gpu_node.nvml.devices()]
-    await akube.create(workload("smi-l", CUDA_IMAGE, ["nvidia-smi", "-L"]), namespace=namespace)
+    await akube.create(workload("smi-l", CUDA_IMAGE, ["nvidia-smi", "-L"]), namespace=namespace)  # type: ignore[call-overload]
     assert await finished(akube, namespace, "smi-l") == "Succeeded"
     out = await logs(akube, namespace, "smi-l")
     (line,) = out.splitlines()  # one GPU: the one it was given, not the node's two
@@ -95,8 +96,8 @@ async def test_query_gpu_and_the_plain_table_come_from_the_simulated_gpus(
     gpu_node: SimNode, akube: AsyncClient, namespace: str
 ) -> None:
     command = ["nvidia-smi", "--query-gpu=index,uuid,memory.total", "--format=csv,noheader"]
-    await akube.create(workload("smi-q", CUDA_IMAGE, command, gpus=2), namespace=namespace)
-    await akube.create(workload("smi", CUDA_IMAGE, ["nvidia-smi"]), namespace=namespace)
+    await akube.create(workload("smi-q", CUDA_IMAGE, command, gpus=2), namespace=namespace)  # type: ignore[call-overload]
+    await akube.create(workload("smi", CUDA_IMAGE, ["nvidia-smi"]), namespace=namespace)  # type: ignore[call-overload]
     assert await finished(akube, namespace, "smi-q") == "Succeeded"
     assert gpu_node.nvml is not None
     want = [f"{d.index}, {d.uuid}, 81559 MiB" for d in gpu_node.nvml.devices()]
@@ -109,7 +110,7 @@ async def test_query_gpu_and_the_plain_table_come_from_the_simulated_gpus(
 async def test_the_cuda_vectoradd_sample_passes_on_its_gpu(
     gpu_node: SimNode, akube: AsyncClient, namespace: str
 ) -> None:
-    await akube.create(workload("vectoradd", SAMPLE_IMAGE, None), namespace=namespace)
+    await akube.create(workload("vectoradd", SAMPLE_IMAGE, None), namespace=namespace)  # type: ignore[call-overload]
     assert await finished(akube, namespace, "vectoradd") == "Succeeded"
     out = await logs(akube, namespace, "vectoradd")
     assert "Test PASSED" in out
@@ -120,7 +121,7 @@ async def test_the_cuda_vectoradd_sample_passes_on_its_gpu(
 async def test_nvidia_smi_without_a_gpu_finds_no_device_and_fails(
     gpu_node: SimNode, akube: AsyncClient, namespace: str
 ) -> None:
-    await akube.create(workload("no-gpu", CUDA_IMAGE, ["nvidia-smi"], gpus=0), namespace=namespace)
+    await akube.create(workload("no-gpu", CUDA_IMAGE, ["nvidia-smi"], gpus=0), namespace=namespace)  # type: ignore[call-overload]
     assert await finished(akube, namespace, "no-gpu") == "Failed"
     assert "No devices were found" in await logs(akube, namespace, "no-gpu")
 
@@ -138,10 +139,10 @@ async def test_each_node_has_its_own_address_for_host_network_pods(
         assert nodes[0].address != nodes[1].address
         for i, node in enumerate(nodes):
             n = await akube.get(Node, node.name)
-            internal = [a.address for a in n.status.addresses if a.type == "InternalIP"]
+            internal = [a.address for a in status_of(n).addresses if a.type == "InternalIP"]
             assert internal == [node.address]
-            await akube.create(
-                Pod.from_dict(  # type: ignore[attr-defined]
+            await akube.create(  # type: ignore[call-overload]
+                Pod.from_dict(
                     {
                         "metadata": {"name": f"status-{i}"},
                         "spec": {
@@ -172,8 +173,8 @@ async def test_each_node_has_its_own_address_for_host_network_pods(
         await eventually(both_serving, timeout=30)
         for i, node in enumerate(nodes):
             pod = await akube.get(Pod, f"status-{i}", namespace=namespace)
-            assert pod.status.phase == "Running"
-            assert pod.status.podIP == pod.status.hostIP == node.address
+            assert status_of(pod).phase == "Running"
+            assert status_of(pod).podIP == status_of(pod).hostIP == node.address
     finally:
         await sim_nodes.close()
     # the addresses were given back

@@ -21,6 +21,7 @@ from lightkube.resources.core_v1 import ConfigMap, Node, Pod, PodStatus
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import PatchType
 
+from kube_objects import meta, status_of
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
 from kubegpu.kube.kubelet import podresources_v1_pb2_grpc as pr_grpc
 from kubegpu.nvml import errors
@@ -54,7 +55,7 @@ def _pod(
     container: dict[str, Any] = {"name": "main", "image": "registry.example/workload:1"}
     if resources:
         container["resources"] = {"limits": resources}
-    return Pod.from_dict(  # type: ignore[attr-defined]
+    return Pod.from_dict(
         {
             "metadata": {"name": name},
             "spec": {"containers": [container], "nodeSelector": node_selector, **spec},
@@ -67,13 +68,13 @@ async def test_a_node_registers_and_is_ready(make_node: MakeNode, akube: AsyncCl
 
     async def ready() -> bool:
         node = await akube.get(Node, "sim-ready")
-        conditions = {c.type: c.status for c in node.status.conditions}
+        conditions = {c.type: c.status for c in status_of(node).conditions}
         return conditions.get("Ready") == "True"
 
     await eventually(ready)
     node = await akube.get(Node, "sim-ready")
-    assert node.metadata.labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
-    assert node.status.capacity["cpu"] == "32"
+    assert meta(node).labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
+    assert status_of(node).capacity["cpu"] == "32"
     lease = await eventually(lambda: akube.get(Lease, "sim-ready", namespace="kube-node-lease"))
     assert lease.spec.holderIdentity == "sim-ready"
     first = lease.spec.renewTime
@@ -108,18 +109,18 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
         async def advertised() -> bool:
             n = await akube.get(Node, "sim-devices")
             return (
-                n.status.allocatable.get("example.com/foo") == "3"
-                and n.status.allocatable.get("example.com/bar") == "1"
+                status_of(n).allocatable.get("example.com/foo") == "3"
+                and status_of(n).allocatable.get("example.com/bar") == "1"
             )
 
         await eventually(advertised)
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             _pod("uses-foo", {"pool": "devices"}, {"example.com/foo": "2"}), namespace=namespace
         )
 
         async def running() -> Any:
             p = await akube.get(Pod, "uses-foo", namespace=namespace)
-            return p if p.status.phase == "Running" else None
+            return p if status_of(p).phase == "Running" else None
 
         pod = await eventually(running)
         assert pod.spec.nodeName == "sim-devices"  # placed by the real kube-scheduler
@@ -141,14 +142,14 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
             }
 
         # no double allocation: the one free foo device goes to the next pod
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             _pod("uses-foo-2", {"pool": "devices"}, {"example.com/foo": "1"}), namespace=namespace
         )
         await eventually(lambda: _phase(akube, "uses-foo-2", namespace, "Running"))
         assert foo.allocate_calls[-1] == ["foo-0"]
 
         # a pod bound straight to the node past the scheduler fails admission like kubelet's
-        await akube.create(
+        await akube.create(  # type: ignore[call-overload]
             _pod("too-many", {}, {"example.com/bar": "2"}, nodeName="sim-devices"),
             namespace=namespace,
         )
@@ -162,8 +163,8 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
         async def shrunk() -> bool:
             n = await akube.get(Node, "sim-devices")
             return (
-                n.status.allocatable.get("example.com/foo") == "2"
-                and n.status.capacity.get("example.com/foo") == "3"
+                status_of(n).allocatable.get("example.com/foo") == "2"
+                and status_of(n).capacity.get("example.com/foo") == "3"
             )
 
         await eventually(shrunk)
@@ -171,7 +172,7 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
 
         async def removed() -> bool:
             n = await akube.get(Node, "sim-devices")
-            return "example.com/bar" not in n.status.capacity
+            return "example.com/bar" not in status_of(n).capacity
 
         await eventually(removed)
     finally:
@@ -181,7 +182,7 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
 
 async def _phase(akube: AsyncClient, name: str, namespace: str, phase: str) -> Any:
     p = await akube.get(Pod, name, namespace=namespace)
-    return p if p.status.phase == phase else None
+    return p if status_of(p).phase == phase else None
 
 
 def _alive(pid: int) -> bool:
@@ -201,7 +202,7 @@ async def test_daemonset_pods_run_as_processes_with_env_and_volumes(
     a = await make_node("sim-ds-a", labels={"role": "ds"})
     b = await make_node("sim-ds-b", labels={"role": "ds"})
     other = await make_node("sim-ds-other")
-    ds = DaemonSet.from_dict(  # type: ignore[attr-defined]
+    ds = DaemonSet.from_dict(
         {
             "metadata": {"name": "probe"},
             "spec": {
@@ -242,7 +243,7 @@ async def test_daemonset_pods_run_as_processes_with_env_and_volumes(
             },
         }
     )
-    await akube.create(ds, namespace=namespace)
+    await akube.create(ds, namespace=namespace)  # type: ignore[call-overload]
 
     async def both_running() -> bool:
         return all(n.pids() for n in (a, b)) and all(
@@ -290,17 +291,17 @@ async def test_pods_get_configmaps_kept_current_and_a_working_service_account(
     make_node: MakeNode, akube: AsyncClient, namespace: str, control_plane: Any
 ) -> None:
     node = await make_node("sim-cfg")
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         ConfigMap(metadata=ObjectMeta(name="cfg"), data={"colour": "blue"}), namespace=namespace
     )
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         Role(
             metadata=ObjectMeta(name="read-pods"),
             rules=[PolicyRule(apiGroups=[""], resources=["pods"], verbs=["get"])],
         ),
         namespace=namespace,
     )
-    await akube.create(
+    await akube.create(  # type: ignore[call-overload]
         RoleBinding(
             metadata=ObjectMeta(name="read-pods"),
             roleRef=RoleRef(apiGroup="rbac.authorization.k8s.io", kind="Role", name="read-pods"),
@@ -318,7 +319,7 @@ async def test_pods_get_configmaps_kept_current_and_a_working_service_account(
         "    pathlib.Path('/data/seen').write_text(pathlib.Path('/etc/cfg/colour').read_text())\n"
         "    time.sleep(0.2)\n"
     )
-    pod = Pod.from_dict(  # type: ignore[attr-defined]
+    pod = Pod.from_dict(
         {
             "metadata": {"name": "reader"},
             "spec": {
@@ -355,7 +356,7 @@ async def test_pods_get_configmaps_kept_current_and_a_working_service_account(
             },
         }
     )
-    await akube.create(pod, namespace=namespace)
+    await akube.create(pod, namespace=namespace)  # type: ignore[call-overload]
     data = node.root / "srv/reader"
 
     async def talked_to_the_api() -> str:
@@ -391,7 +392,7 @@ async def test_a_crashing_container_is_restarted_with_backoff(
     make_node: MakeNode, akube: AsyncClient, namespace: str
 ) -> None:
     await make_node("sim-crash")
-    pod = Pod.from_dict(  # type: ignore[attr-defined]
+    pod = Pod.from_dict(
         {
             "metadata": {"name": "crasher"},
             "spec": {
@@ -402,16 +403,16 @@ async def test_a_crashing_container_is_restarted_with_backoff(
             },
         }
     )
-    await akube.create(pod, namespace=namespace)
+    await akube.create(pod, namespace=namespace)  # type: ignore[call-overload]
 
     async def restarted_twice() -> Any:
         p = await akube.get(Pod, "crasher", namespace=namespace)
-        statuses = p.status.containerStatuses or []
+        statuses = status_of(p).containerStatuses or []
         return statuses[0] if statuses and statuses[0].restartCount >= 2 else None
 
     status = await eventually(restarted_twice, timeout=30)
     assert status.lastState.terminated.exitCode == 3
-    never = Pod.from_dict(  # type: ignore[attr-defined]
+    never = Pod.from_dict(
         {
             "metadata": {"name": "once"},
             "spec": {
@@ -423,7 +424,7 @@ async def test_a_crashing_container_is_restarted_with_backoff(
             },
         }
     )
-    await akube.create(never, namespace=namespace)
+    await akube.create(never, namespace=namespace)  # type: ignore[call-overload]
     done = await eventually(lambda: _phase(akube, "once", namespace, "Succeeded"), timeout=30)
     assert done.status.containerStatuses[0].state.terminated.reason == "Completed"
 
@@ -436,7 +437,7 @@ async def test_a_pod_status_someone_else_changed_is_written_again(
     simulated nodes one driver pod stayed Ready=False for good, and the ClusterPolicy with
     it). A status that matches the kubelet's view is left alone: no write loop."""
     await make_node("sim-resync")
-    pod = Pod.from_dict(  # type: ignore[attr-defined]
+    pod = Pod.from_dict(
         {
             "metadata": {"name": "steady"},
             "spec": {
@@ -445,14 +446,14 @@ async def test_a_pod_status_someone_else_changed_is_written_again(
             },
         }
     )
-    await akube.create(pod, namespace=namespace)
+    await akube.create(pod, namespace=namespace)  # type: ignore[call-overload]
 
     def ready(p: Any) -> str:
         return next(c.status for c in p.status.conditions or [] if c.type == "Ready")
 
     async def running_and_ready() -> Any:
         p = await akube.get(Pod, "steady", namespace=namespace)
-        return p if p.status.phase == "Running" and ready(p) == "True" else None
+        return p if status_of(p).phase == "Running" and ready(p) == "True" else None
 
     p = await eventually(running_and_ready)
     conditions = [
@@ -469,4 +470,4 @@ async def test_a_pod_status_someone_else_changed_is_written_again(
     back = await eventually(running_and_ready, timeout=10)
     await asyncio.sleep(2.0)
     later = await akube.get(Pod, "steady", namespace=namespace)
-    assert later.metadata.resourceVersion == back.metadata.resourceVersion  # written once
+    assert meta(later).resourceVersion == meta(back).resourceVersion  # written once

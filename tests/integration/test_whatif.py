@@ -30,6 +30,7 @@ from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
 from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount, ServiceAccountToken
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
+from kube_objects import meta
 from kubegpu.catalog import nvidia
 from kubegpu.doctor.snapshot import Snapshot
 from kubegpu.mig.parted import read_node
@@ -98,7 +99,7 @@ async def readonly_kubeconfig(stack: Stack, path: Path) -> Path:
             rules=[PolicyRule(apiGroups=["*"], resources=["*"], verbs=["get", "list", "watch"])],
         )
     )
-    await client.create(ServiceAccount(metadata=ObjectMeta(name="wi-reader")), namespace="default")
+    await client.create(ServiceAccount(metadata=ObjectMeta(name="wi-reader")), namespace="default")  # type: ignore[call-overload]
     await client.create(
         ClusterRoleBinding(
             metadata=ObjectMeta(name="wi-reader"),
@@ -127,7 +128,7 @@ async def source_state(stack: Stack) -> dict[str, Any]:
     nodes = {}
     for name, sim in stack.nodes.items():
         node = await stack.client.get(Node, name)
-        labels = dict(node.metadata.labels or {})
+        labels = dict(meta(node).labels or {})
         labels.pop(nvidia.GFD_TIMESTAMP, None)  # feature discovery's own heartbeat
         nodes[name] = {
             "labels": labels,
@@ -138,7 +139,7 @@ async def source_state(stack: Stack) -> dict[str, Any]:
     return {
         "nodes": nodes,
         "policy": (policy["metadata"]["generation"], policy["spec"]),
-        "pod": (pod.metadata.labels, pod.metadata.annotations, pod.spec.nodeName),
+        "pod": (meta(pod).labels, meta(pod).annotations, pod.spec.nodeName),
     }
 
 
@@ -174,7 +175,7 @@ async def source() -> AsyncIterator[Source]:
                     ],
                 },
             }
-            await stack.client.create(Pod.from_dict(train), namespace="ml")
+            await stack.client.create(Pod.from_dict(train), namespace="ml")  # type: ignore[call-overload]
 
             async def running() -> bool:
                 pod = await stack.client.get(Pod, "train", namespace="ml")

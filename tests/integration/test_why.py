@@ -50,7 +50,7 @@ class RefusingPlugin(FakePlugin):
     """A plugin that refuses more than one device per container, as NVIDIA's does for
     shared replicas with failRequestsGreaterThanOne."""
 
-    async def Allocate(self, request, context):  # type: ignore[no-untyped-def]
+    async def Allocate(self, request, context):
         for req in request.container_requests:
             if len(req.devices_ids) > 1:
                 await context.abort(
@@ -129,8 +129,8 @@ class Cluster:
         if claim:
             spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
             spec["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
-        await self.akube.create(
-            Pod.from_dict({"metadata": {"name": name}, "spec": spec}),  # type: ignore[attr-defined]
+        await self.akube.create(  # type: ignore[call-overload]
+            Pod.from_dict({"metadata": {"name": name}, "spec": spec}),
             namespace=self.namespace,
         )
         return f"{self.namespace}/{name}"
@@ -248,8 +248,8 @@ async def test_a_pod_the_kubelet_refused(cluster: Cluster) -> None:
 async def test_a_mig_reconfiguration_pending_on_the_only_node_that_fits(
     cluster: Cluster, akube: AsyncClient
 ) -> None:
-    await akube.create(
-        ConfigMap.from_dict(  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        ConfigMap.from_dict(
             {
                 "metadata": {"name": nvidia.MIG_PARTED_DEFAULT_CONFIGMAP},
                 "data": {"config.yaml": MIG_LAYOUTS},
@@ -273,8 +273,8 @@ async def test_a_dra_selector_no_published_device_satisfies(
         {"name": f"gpu-{i}", "attributes": {"productName": {"string": "NVIDIA H100"}}}
         for i in range(2)
     ]
-    await akube.create(
-        ResourceSlice.from_dict(  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        ResourceSlice.from_dict(
             {
                 "metadata": {"name": f"{driver}-{a}"},
                 "spec": {
@@ -286,8 +286,8 @@ async def test_a_dra_selector_no_published_device_satisfies(
             }
         )
     )
-    await akube.create(
-        DeviceClass.from_dict(  # type: ignore[attr-defined]
+    await akube.create(  # type: ignore[call-overload]
+        DeviceClass.from_dict(
             {
                 "metadata": {"name": driver},
                 "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]},
@@ -296,8 +296,8 @@ async def test_a_dra_selector_no_published_device_satisfies(
     )
     try:
         want = f"device.attributes['{driver}'].productName == 'NVIDIA H200'"
-        await akube.create(
-            ResourceClaim.from_dict(  # type: ignore[attr-defined]
+        await akube.create(  # type: ignore[call-overload]
+            ResourceClaim.from_dict(
                 {
                     "metadata": {"name": "h200"},
                     "spec": {

@@ -9,6 +9,7 @@ import pytest
 
 from kubegpu.exporter.isolation import render
 from kubegpu.exporter.poddirectory import PodMeta
+from kubegpu.exporter.pods import EntityKey
 from kubegpu.exporter.processes import (
     GpuProcesses,
     ProcCgroups,
@@ -64,7 +65,7 @@ def test_the_simulated_kubelet_leaves_what_a_real_node_would(tmp_path: Path) -> 
     assert owners.pod_uid(78) is None  # gone, or not visible from here
 
 
-ENTITIES = frozenset({("gpu", 0), ("gi", 1, 3), ("gi", 1, 5)})
+ENTITIES: frozenset[EntityKey] = frozenset({("gpu", 0), ("gi", 1, 3), ("gi", 1, 5)})
 OWNERS = {10: "uid-a", 11: "uid-a", 20: "uid-b", 30: None, 40: "uid-c"}
 PODS = {"uid-a": ("ns", "a"), "uid-b": ("ns", "b"), "uid-c": ("ns", "c")}
 

@@ -49,7 +49,11 @@ def test_an_idle_gpu_is_quiet_but_not_frozen(sim_node: MakeNode) -> None:
     assert s.activity.graphics_active == 0
     readings = set()
     for bucket in range(8):  # power wanders a little from one time bucket to the next
-        node.clock = lambda b=bucket: T0 + b * BUCKET_S
+
+        def at(b: int = bucket) -> float:
+            return T0 + b * BUCKET_S
+
+        node.clock = at
         readings.add(node.sample(0).power_w)
     assert len(readings) > 1
 
@@ -67,10 +71,12 @@ def test_an_allocated_gpu_runs_a_plausible_load(sim_node: MakeNode) -> None:
     assert idle.power_w < busy.power_w <= figures.board_power_w * 1.01
     assert idle.gpu_temp_c is not None and busy.gpu_temp_c is not None
     assert busy.gpu_temp_c > idle.gpu_temp_c
-    assert busy.memory_temp_c is not None and busy.memory_temp_c > busy.gpu_temp_c
+    assert busy.memory_temp_c is not None and busy.gpu_temp_c is not None
+    assert busy.memory_temp_c > busy.gpu_temp_c
     ratios = busy.activity
     assert ratios.graphics_active == pytest.approx(busy.utilization.gpu_percent / 100, abs=0.01)
-    assert ratios.tensor_active is not None and 0 < ratios.tensor_active < ratios.graphics_active
+    assert ratios.tensor_active is not None and ratios.graphics_active is not None
+    assert 0 < ratios.tensor_active < ratios.graphics_active
     assert ratios.pcie_rx_bytes_per_s is not None and ratios.pcie_rx_bytes_per_s > 0
     # memory() and utilization() agree with the sample
     assert node.memory(1).used_mib == busy.memory.used_mib

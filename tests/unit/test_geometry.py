@@ -27,7 +27,7 @@ A100 = get_model("a100-40gb")
 CLASSIC = ["1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
 
 
-def _profiles(model: GpuModel, names: list[str]) -> list:  # type: ignore[type-arg]
+def _profiles(model: GpuModel, names: list[str]) -> list:
     assert model.mig
     return [model.mig.profile(n) for n in names]
 

@@ -4,6 +4,7 @@ hostPath fails here until it is added, with its reason (and to docs/security.md)
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,7 +37,7 @@ IMAGES = {
     )
 }
 REBOOTS = {"migManager": {"env": [{"name": "WITH_REBOOT", "value": "true"}]}}
-SPECS = {
+SPECS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "host driver": {"driver": {"enabled": False}},
     "everything": {
@@ -64,6 +65,8 @@ DRIVER_ROOT = "<driver root>"
 KUBELET = "<kubelet root>"
 TOOLKIT = "<toolkit dir>"
 MPS = "<mps root>"
+MPS_SHM = "<mps root>/shm"
+FIRMWARE = "<driver root>/lib/firmware"
 
 VALIDATIONS = ("/run/nvidia/validations", "the validator's ready files")
 VALIDATOR_PATHS = {
@@ -85,12 +88,19 @@ ALLOWED_HOST_PATHS: dict[str, dict[str, str]] = {
         VALIDATIONS[0]: VALIDATIONS[1],
         HOST_ROOT: "the driver manager finds and unloads the old driver (read-only)",
         "/sys": "the driver manager unloads the old driver",
+        "/run/nvidia-fabricmanager": "the fabric manager's socket (NVSwitch systems)",
+        "/run/nvidia-topologyd": "the topology daemon's socket",
+        "/sys/devices/system": "memory and CPU hotplug state the driver reads (NVIDIA mounts it)",
+        "/sys/module/firmware_class/parameters/path": "points the kernel at the GSP firmware",
+        FIRMWARE: "the driver's GSP firmware, where the kernel is pointed",
     },
     "nvidia-container-toolkit-daemonset": {
         **VALIDATOR_PATHS,
         TOOLKIT: "installs the runtime and the CDI hook",
         "/etc/containerd": "the runtime's config",
         "/run/containerd": "the runtime's socket, to restart it",
+        "/run/nvidia/toolkit": "the installer's pid file: one installer per node",
+        "/etc/containerd/conf.d": "the runtime's drop-in directory, where the handlers go",
     },
     "nvidia-operator-validator": VALIDATOR_PATHS,
     "nvidia-sandbox-validator": VALIDATOR_PATHS,
@@ -98,12 +108,14 @@ ALLOWED_HOST_PATHS: dict[str, dict[str, str]] = {
         f"{KUBELET}/device-plugins": "the kubelet's device-plugin sockets",
         VALIDATIONS[0]: VALIDATIONS[1],
         MPS: "MPS pipes and logs shared with workloads",
+        MPS_SHM: "the /dev/shm the MPS daemon and its clients share",
         DRIVER_ROOT: "driver libraries for the CDI specs",
         "/var/run/cdi": "writes the CDI specs",
         f"{KUBELET}/pod-resources": "which pod holds the devices it allocated (annotation)",
     },
     "nvidia-device-plugin-mps-control-daemon": {
         MPS: "MPS pipes and logs shared with workloads",
+        MPS_SHM: "the /dev/shm the MPS daemon and its clients share",
         VALIDATIONS[0]: VALIDATIONS[1],
     },
     "nvidia-dcgm": {VALIDATIONS[0]: VALIDATIONS[1]},
@@ -135,6 +147,7 @@ ALLOWED_HOST_PATHS: dict[str, dict[str, str]] = {
         "/var/run/cdi": "writes the claims' CDI specs",
         "/run/kubegpu": "the node-wide MIG lock (dynamic MIG)",
         f"{KUBELET}/device-plugins": "refuses to start next to a device plugin (read-only)",
+        DRIVER_ROOT: "loads NVML from the driver's libraries",
     },
     "nvidia-vgpu-manager-daemonset": SANDBOX,
     "nvidia-vgpu-device-manager": SANDBOX,
@@ -201,6 +214,10 @@ def symbolic(path: str, spec: ClusterPolicySpec, ctx: RenderContext) -> set[str]
     ):
         if path == value:
             names.add(name)
+    if path == f"{ctx.mps_root}/shm":
+        names.add(MPS_SHM)
+    if path == posixpath.join(ctx.driver_root, "lib/firmware"):
+        names.add(FIRMWARE)
     if path.startswith(ctx.kubelet_root + "/"):
         names.add(KUBELET + path[len(ctx.kubelet_root) :])
     return names

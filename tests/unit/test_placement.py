@@ -26,13 +26,13 @@ from kubegpu.mig.geometry import fits, iter_layouts, misfit_reason, mix_of, plac
 MIG_MODELS = [m for m in all_models() if m.mig]
 
 
-def _mig_of(model_id: str):  # type: ignore[no-untyped-def]
+def _mig_of(model_id: str):
     mig = get_model(model_id).mig
     assert mig
     return mig
 
 
-def _profiles(model_id: str, *names: str) -> list:  # type: ignore[type-arg]
+def _profiles(model_id: str, *names: str) -> list:
     mig = _mig_of(model_id)
     return [mig.profile(n) for n in names]
 
@@ -194,10 +194,10 @@ def test_without_a_driver_every_gate_is_open() -> None:
 # -- catalog data --------------------------------------------------------------------------------
 
 
-def _raw_a100() -> dict:  # type: ignore[type-arg]
+def _raw_a100() -> dict:
     text = resources.files("kubegpu.catalog").joinpath("gpus.yaml").read_text()
     model = next(m for m in yaml.safe_load(text)["models"] if m["id"] == "a100-40gb")
-    return copy.deepcopy(model["mig"])  # type: ignore[no-any-return]
+    return copy.deepcopy(model["mig"])
 
 
 def test_the_catalog_must_give_each_mig_model_an_engine_budget() -> None:

@@ -184,14 +184,18 @@ def test_the_tie_breakers_still_decide_between_plans_of_equal_size() -> None:
     assert by_class.objective == pytest.approx(solve_exact(problem).objective)
 
 
-def test_items_that_do_not_pack_by_class_fall_back_to_the_per_bin_programme() -> None:
+def test_the_class_programme_holds_items_of_several_units_to_what_one_bin_holds() -> None:
     class Threes(Toy):
         def uses(self, demand: Demand, option: str, bin: Bin) -> Sequence[Use]:
             return [Use("whole", 3)]
 
-    # 16 units hold 5 items of 3 in sum, but an 8-unit bin holds only 2 of them
+    # 16 units hold 5 items of 3 in sum, but an 8-unit bin holds only 2 of them: the class
+    # programme knows (at most floor(8 / 3) per bin), so its plan splits and is optimal
     problem = Problem.compile(Threes(bins=2, demands=[Demand("train", 5, 100, ("whole",))]))
-    assert solve_classes(problem) is None
+    by_class = solve_classes(problem)
+    assert by_class is not None and by_class.optimal
+    assert verify(problem, by_class) == []
+    assert by_class.unplaced(problem) == [1]
     _, sol = solve(Threes(bins=2, demands=[Demand("train", 5, 100, ("whole",))]), method="exact")
     assert verify(problem, sol) == []
     assert sol.unplaced(problem) == [1]
@@ -221,7 +225,7 @@ def test_the_greedy_remembers_pattern_choices_without_changing_one() -> None:
                 calls[name] += 1
                 return pick(*args)
 
-            g._pick = counted  # type: ignore[method-assign]
+            g._pick = counted  # type: ignore[method-assign, assignment]
         plan = passes["remembered"].solution("heuristic")
         recomputed = passes["fresh"].solution("heuristic")
         assert calls["remembered"] < calls["fresh"]  # the memo answered some choices

@@ -181,7 +181,7 @@ def test_every_emitted_config_is_one_the_plugin_accepts(kind: str) -> None:
 @pytest.mark.parametrize("kind", sorted(ALL))
 def test_every_emitted_object_is_a_kubernetes_object_without_unknown_fields(kind: str) -> None:
     _inp, _, files = _files(ALL[kind])
-    types = {
+    types: dict[str, Any] = {
         "ResourceClaim": ResourceClaim,
         "ResourceClaimTemplate": ResourceClaimTemplate,
         "DeviceClass": DeviceClass,

@@ -55,7 +55,7 @@ def test_the_starting_point_is_the_node_as_it_runs() -> None:
     assert sorted(gpus) == list(range(8))
     assert all(g.mig == {"1g.18gb": 7} and g.keep for g in gpus.values())
     # under `single`, the three running `nvidia.com/gpu` pods hold 1g.18gb instances
-    assert sum((g.busy or {}).get("1g.18gb", 0) for g in gpus.values()) == 3  # type: ignore[union-attr]
+    assert sum((g.busy or {}).get("1g.18gb", 0) for g in gpus.values()) == 3  # type: ignore[union-attr, misc]
     l4 = next(n for n in start.input.fleet if n.name == "gpu-l4")
     assert l4.current is not None and l4.current.sharing == "time-slicing"
 

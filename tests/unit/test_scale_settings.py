@@ -17,7 +17,7 @@ from kubegpu.sim.controlplane.plane import SIZE_PROFILES, ControlPlaneSize
 from kubegpu.sim.inprocess import PathMap, in_process_command, listen_address, translate
 
 
-def _load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+def _load(tmp_path: Path, text: str):
     path = tmp_path / "cluster.yaml"
     path.write_text(text)
     return load_cluster(path)

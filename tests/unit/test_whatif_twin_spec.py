@@ -4,6 +4,7 @@ the user's labels and configs kept, what kubegpu regenerates left out."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -126,7 +127,8 @@ def test_single_strategy_counts_mig_devices_so_the_layout_says_how_many_gpus() -
             nvidia.MIG_CONFIG: "all-1g.10gb",
         }
     )
-    assert node_gpus(node, snapshot(node, layouts=LAYOUTS)).startswith("h100-80gb:4;")
+    gpus = node_gpus(node, snapshot(node, layouts=LAYOUTS))
+    assert gpus is not None and gpus.startswith("h100-80gb:4;")
 
 
 def test_single_strategy_with_device_lists_counts_the_listed_gpus() -> None:
@@ -137,7 +139,8 @@ def test_single_strategy_with_device_lists_counts_the_listed_gpus() -> None:
             nvidia.MIG_CONFIG: "half",
         }
     )
-    assert node_gpus(node, snapshot(node, layouts=LAYOUTS)).startswith("h100-80gb:3;")
+    gpus = node_gpus(node, snapshot(node, layouts=LAYOUTS))
+    assert gpus is not None and gpus.startswith("h100-80gb:3;")
 
 
 def test_single_strategy_without_its_layout_in_the_snapshot_is_an_error() -> None:
@@ -159,7 +162,8 @@ def test_the_generated_layouts_of_the_mig_manager_count_too() -> None:
     generated = ConfigMapInfo(
         namespace="gpu-operator", name="gpu-1-mig-config", data={"config.yaml": LAYOUTS}
     )
-    assert node_gpus(node, snapshot(node, config_maps=[generated])).startswith("h100-80gb:2;")
+    gpus = node_gpus(node, snapshot(node, config_maps=[generated]))
+    assert gpus is not None and gpus.startswith("h100-80gb:2;")
 
 
 def test_copied_labels_keep_the_users_and_the_config_selectors_only() -> None:
@@ -185,7 +189,7 @@ def test_copied_labels_keep_the_users_and_the_config_selectors_only() -> None:
 
 
 def test_the_simulated_exporter_listens_on_no_fixed_port_and_the_rest_is_kept() -> None:
-    spec = {
+    spec: dict[str, Any] = {
         "mig": {"strategy": "single"},
         "dcgmExporter": {"env": [{"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"}]},
     }

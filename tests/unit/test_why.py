@@ -30,7 +30,7 @@ def _name(key: str) -> str:
     return key.replace("nvidia__", "nvidia.com__").replace("__", "/").replace("_", "-")
 
 
-def node(name: str, labels: dict[str, str] | None = None, **alloc: str) -> NodeInfo:
+def node(name: str, labels: dict[str, str] | None = None, /, **alloc: str) -> NodeInfo:
     resources = {_name(k): v for k, v in alloc.items()}
     return NodeInfo(
         name=name,
@@ -59,7 +59,7 @@ def pod(name: str, phase: str = "Pending", node_name: str = "", **limits: str) -
 def snap(*objects: NodeInfo | PodInfo, **more: object) -> Snapshot:
     nodes = tuple(o for o in objects if isinstance(o, NodeInfo))
     pods = tuple(o for o in objects if isinstance(o, PodInfo))
-    return Snapshot(nodes=nodes, pods=pods, **more)  # type: ignore[arg-type]
+    return Snapshot(nodes=nodes, pods=pods, **more)
 
 
 def verdict(s: Snapshot, ref: str = "team/p") -> w.Verdict:

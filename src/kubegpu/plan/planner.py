@@ -21,6 +21,10 @@ from kubegpu.plan.result import Plan, WorkloadPlan, build_plan
 MAX_EXTRA_NODES = 256
 # All "would fit with" searches of one plan together stop after this many seconds.
 SUGGEST_BUDGET_S = 10.0
+# Greedy passes of one "would it fit" check of the suggestion search: the starting orders
+# and a few repairs. The default effort (100 passes at 20 nodes x 30 workloads) made each
+# check 1.5 s and the search 10 s of a 20-node plan (bench_plan_midsize, issue 30).
+FIT_CHECK_EFFORT = 16
 # Cards tried, smallest first, for a workload no card in the fleet can serve.
 MAX_CARDS_TRIED = 12
 # Plans made at most for one input: the first; one with the workloads that sat on several
@@ -92,7 +96,7 @@ def placed_all(inp: PlanInput, names: set[str], deadline: float | None = None) -
     same provider, so the same rules, as a plan."""
     provider = GpuProvider(inp, PlanReporter())
     problem = core.Problem.compile(provider)
-    sol = solve_heuristic(problem, deadline=deadline)
+    sol = solve_heuristic(problem, deadline=deadline, effort=FIT_CHECK_EFFORT)
     left = sol.unplaced(problem)
     return all(left[i] == 0 for i, d in enumerate(problem.demands) if d.key in names)
 

@@ -46,6 +46,7 @@ from kubegpu.sim.controlplane.process import ControlPlaneError
 from kubegpu.sim.inprocess import RootCommand
 from kubegpu.sim.kubelet.node import SimNode, SimNodeConfig
 from kubegpu.sim.kubelet.processes import kill_pod_processes
+from kubegpu.sim.runtime.config import RuntimeOptions
 
 PID_FILE = "sim.pid"
 MAX_NODES = 5000
@@ -56,6 +57,20 @@ Components = Literal["process", "inprocess"]
 
 class ClusterFileError(loader.InputError):
     """A cluster file that cannot be used; the message names the field and value."""
+
+
+class RuntimeEntry(BaseModel):
+    """A node's container runtime (sim.runtime): containerd or CRI-O, its version, and
+    whether the node enforces the runtime's contract (off by default for now)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["containerd", "cri-o"] = "containerd"
+    version: str = Field(default="", pattern=r"^(\d+\.\d+\.\d+)?$")
+    strict: bool = False
+
+    def options(self) -> RuntimeOptions:
+        return RuntimeOptions(name=self.name, version=self.version, strict=self.strict)
 
 
 class NodeEntry(BaseModel):
@@ -72,6 +87,7 @@ class NodeEntry(BaseModel):
     # this many alike nodes, named <name>-000, <name>-001... (1: just <name>)
     count: int = Field(default=1, ge=1, le=MAX_NODES)
     components: Components | None = None  # None: the cluster's `components`
+    runtime: RuntimeEntry = Field(default_factory=RuntimeEntry)
 
     @field_validator("gpus")
     @classmethod
@@ -200,6 +216,7 @@ class SimCluster:
                 nfd=entry.nfd,
                 components=entry.components or self.spec.components,
                 root_command=self.root_command,
+                runtime=entry.runtime.options(),
             )
             for entry in self.spec.nodes
             for name in entry.names()

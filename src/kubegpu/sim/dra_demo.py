@@ -45,8 +45,6 @@ DRA_VALUES: Json = {
     "draDriver": {"featureGates": {"DynamicMIG": True, "TimeSlicingSettings": True}},
 }
 DRA_NAMESPACE = "default"
-# the simulated containers run one command; the examples' `sleep` would only keep them up
-DEMO_COMMAND = ["nvidia-smi", "-L"]
 _UUID = re.compile(r"UUID: ((?:GPU|MIG)-[0-9a-f-]+)")
 
 
@@ -59,16 +57,12 @@ def examples_dir(chart: Path) -> Path:
 
 
 def load_examples(directory: Path) -> list[tuple[str, list[Json]]]:
-    """Each example file's documents, pods set to run DEMO_COMMAND."""
-    out = []
-    for path in sorted(directory.glob("*.yaml")):
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-        for d in docs:
-            if d["kind"] == "Pod":
-                for c in d["spec"]["containers"]:
-                    c["command"] = list(DEMO_COMMAND)
-        out.append((path.stem, docs))
-    return out
+    """Each example file's documents, as written (their pods' shells list their GPUs with
+    `nvidia-smi -L`, then sleep)."""
+    return [
+        (path.stem, [d for d in yaml.safe_load_all(path.read_text()) if d])
+        for path in sorted(directory.glob("*.yaml"))
+    ]
 
 
 def enable_mig(state: Path, index: int) -> None:
@@ -120,11 +114,24 @@ async def published_devices(stack: Stack, node: str) -> list[str]:
     return sorted(names)
 
 
-def _logged_uuids(stack: Stack, pod: Any) -> list[str]:
+def _log_dir(stack: Stack, pod: Any) -> Path:
     root = stack.nodes[pod.spec.nodeName].root
-    directory = (
+    return (
         root / "var/log/pods" / f"{pod.metadata.namespace}_{pod.metadata.name}_{pod.metadata.uid}"
     )
+
+
+def _listed(stack: Stack, pod: Any) -> bool:
+    """Every container of the pod has printed its `nvidia-smi -L`."""
+    directory = _log_dir(stack, pod)
+    return all(
+        any(_UUID.search(p.read_text()) for p in (directory / c.name).glob("*.log"))
+        for c in pod.spec.containers
+    )
+
+
+def _logged_uuids(stack: Stack, pod: Any) -> list[str]:
+    directory = _log_dir(stack, pod)
     text = "".join(p.read_text() for p in sorted(directory.glob("*/*.log")))
     uuids = sorted(set(_UUID.findall(text)))
     # `nvidia-smi -L` heads MIG devices with their parent GPU's line: the MIG devices are
@@ -186,15 +193,15 @@ async def run_dra_demo(stack: Stack, chart: Path, say: Callable[[str], None]) ->
                 pods[doc["metadata"]["name"]] = example
     say(f"applied {len(pods)} example pods with their ResourceClaimTemplates (examples/dra)")
 
-    async def finished() -> bool:
+    async def listed() -> bool:
         for name in pods:
             p = await stack.client.get(Pod, name, namespace=DRA_NAMESPACE)
-            if not p.status or p.status.phase not in ("Succeeded", "Failed"):
+            if not p.status or p.status.phase != "Running" or not _listed(stack, p):
                 return False
         return True
 
     try:
-        await _wait("example pods finished", finished, logs, timeout=180)
+        await _wait("example pods listed their GPUs", listed, logs, timeout=180)
     finally:
         await cancel_all([watcher])
     summaries = []

@@ -4,6 +4,8 @@ the sandbox operands (vGPU, VFIO, sandbox device plugins, CC manager)."""
 
 from __future__ import annotations
 
+import posixpath
+
 from kubegpu.kube.policy import ComponentSpec, DriverManagerSpec, ProbeSpec
 from kubegpu.operator.operands.context import (
     CDI_DIR,
@@ -177,7 +179,7 @@ def driver(ctx: RenderContext) -> list[Obj]:
                 "firmware-search-path", "/sys/module/firmware_class/parameters/path", ""
             ),
             # the driver's firmware, where the driver container installs it
-            host_path_volume("nv-firmware", f"{ctx.driver_root}/lib/firmware"),
+            host_path_volume("nv-firmware", posixpath.join(ctx.driver_root, "lib/firmware")),
             # only the driver manager (evicting GPU pods, unloading the old driver) needs
             # the host's root and sysfs
             *(

@@ -58,19 +58,50 @@ class _Class:
 
 
 def classes(problem: Problem) -> list[_Class]:
-    """Classes of interchangeable bins; a bin with state of its own is a class of one."""
+    """Classes of interchangeable bins. Bins with state of their own (slots in use, pinned
+    patterns, a fixed mode) form a class with the other bins of the same state: the same
+    bin apart from its name, with the same uses (the core checks, it does not trust the
+    provider's class names); a 20-node fleet with current state is then a few classes, not
+    20 of one (issue 30)."""
     out: list[_Class] = []
     for members in problem.by_class.values():
         alike = []
         for b in members:
             bn = problem.bins[b]
             own = bn.used or bn.fixed_mode is not None or any(g.fixed for g in bn.groups)
-            if own:
-                out.append(_Class([b], bn))
-            else:
+            if not own:
                 alike.append(b)
         if alike:
             out.append(_Class(alike, problem.bins[alike[0]]))
+    uses: dict[int, list[tuple[tuple[int, int], object]]] = defaultdict(list)
+    for (d, o, c), found in problem.uses.by_class.items():
+        uses[c].append(((d, o), found))
+    stateful: dict[tuple[object, ...], list[int]] = {}
+    for members in problem.by_class.values():
+        for b in members:
+            bn = problem.bins[b]
+            if bn.used or bn.fixed_mode is not None or any(g.fixed for g in bn.groups):
+                same = (
+                    replace(bn, key="", cls=""),
+                    tuple(sorted(uses[problem.class_of[b]], key=lambda t: t[0])),
+                )
+                stateful.setdefault(same, []).append(b)
+    for group in stateful.values():
+        out.append(_Class(group, problem.bins[group[0]]))
+    out.sort(key=lambda c: c.members[0])
+    return out
+
+
+def single_classes(problem: Problem) -> list[_Class]:
+    """Every bin with state of its own a class of one (the split of such a bin never
+    fails): the fallback when a class of several stateful bins does not split."""
+    out: list[_Class] = []
+    for k in classes(problem):
+        bn = k.rep
+        if bn.used or bn.fixed_mode is not None or any(g.fixed for g in bn.groups):
+            out.extend(_Class([b], problem.bins[b]) for b in k.members)
+        else:
+            out.append(k)
     out.sort(key=lambda c: c.members[0])
     return out
 
@@ -107,7 +138,7 @@ def _build(problem: Problem, cls: list[_Class]) -> tuple[Model, _Columns]:
         for mode in k.modes:
             cols.n[c, mode] = m.var(b.open_cost, 0, size)
         used = {cols.n[c, mode]: 1.0 for mode in k.modes}
-        m.row(used, 1 if pinned else 0, size)
+        m.row(used, size if pinned else 0, size)  # a pinned bin stays in use
         for gi, g in enumerate(b.groups):
             allowed = [[mode for mode in k.modes if p.allowed(mode)] for p in g.patterns]
             # patterns allowed under several modes (MIG under none and time-slicing): when
@@ -145,7 +176,7 @@ def _build(problem: Problem, cls: list[_Class]) -> tuple[Model, _Columns]:
                     for mode in (*k.modes, FLEX)
                     if (c, mode, gi, pi) in cols.z
                 }
-                m.row(keep, count, inf)
+                m.row(keep, count * size, inf)
     cols.const = sum(dem.weight * dem.quantity for dem in problem.demands)
     options = sorted(problem.offered())
     for d, o in options:
@@ -182,8 +213,40 @@ def _build(problem: Problem, cls: list[_Class]) -> tuple[Model, _Columns]:
                 if offered:
                     row[col] = row.get(col, 0.0) - float(offered)
         busy = dict(k.rep.used).get(slot, 0)
-        m.row(row, -inf, -float(busy))
+        m.row(row, -inf, -float(busy * len(k.members)))
+    _big_item_rows(problem, cls, cols, m)
     return m, cols
+
+
+def _big_item_rows(problem: Problem, cls: list[_Class], cols: _Columns, m: Model) -> None:
+    """Items of `amount > 1` on a slot one pattern of one group offers, one per unit: a bin
+    holds at most floor(units / a) items of amount a or more, so its class at most `size`
+    times that. Valid for every per-bin plan (the class programme stays a relaxation), and
+    without it the programme puts four 4-GPU items on three nodes of 6 free GPUs each."""
+    for c, k in enumerate(cls):
+        b = k.rep
+        by_slot: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+        for (d, o, cc, ui), col in cols.x.items():
+            if cc != c:
+                continue
+            u = problem.uses[d, o, k.members[0]][ui]
+            if u.amount > 1:
+                by_slot[u.slot][u.amount].append(col)
+        for slot, amounts in sorted(by_slot.items()):
+            offerers = [
+                (g, p.offered(slot)) for g in b.groups for p in g.patterns if p.offered(slot)
+            ]
+            if len({id(g) for g, _n in offerers}) != 1 or any(n != 1 for _g, n in offerers):
+                continue
+            g = offerers[0][0]
+            units = g.count
+            for a in sorted(amounts):
+                cols_at_least = [col for aa, cs in amounts.items() if aa >= a for col in cs]
+                m.row(
+                    dict.fromkeys(cols_at_least, 1.0),
+                    -highspy.kHighsInf,
+                    float(len(k.members) * (units // a)),
+                )
 
 
 def _start(
@@ -220,6 +283,12 @@ COST_QUANTUM = 0.01
 # The second phase (true costs) runs only when the first proved its optimum with at least
 # this much of the time limit left.
 MIN_POLISH_S = 0.5
+# The second phase only breaks ties among plans of the first phase's cost, so it gets at
+# most this many branch-and-bound nodes: on the 20-node fleet of bench_plan_midsize it spent
+# 10,000 nodes (17 s of CPU) on tie-breakers of a thousandth without proving them, after the
+# first phase had proved the whole-number optimum in 1.2 s. Stopped there, the plan keeps
+# the first phase's bound and is not called optimal.
+POLISH_NODE_LIMIT = 1_000
 
 
 def floored(m: Model) -> Model | None:
@@ -251,6 +320,17 @@ def solve_classes(
     per-bin programme must decide). `budget` (default: `time_limit` CPU seconds) bounds it."""
     budget = budget or Budget(time_limit)
     cls = classes(problem)
+    found = _solve_on(problem, cls, start, node_limit, budget)
+    if found is None:
+        singles = single_classes(problem)
+        if len(singles) != len(cls) and not budget.spent():
+            found = _solve_on(problem, singles, start, node_limit, budget)
+    return found
+
+
+def _solve_on(
+    problem: Problem, cls: list[_Class], start: Solution | None, node_limit: int, budget: Budget
+) -> Solution | None:
     m, cols = _build(problem, cls)
     n = len(m.cost)
     first = None if start is None else _start(problem, cls, cols, start, n)
@@ -260,7 +340,9 @@ def solve_classes(
     bound = highs_bound(h, cols.const)  # floored costs never exceed the true ones: a bound
     if rough is not None and proven and budget.left() >= MIN_POLISH_S and not budget.spent():
         found = _values(h, n)
-        h = run_model(m, budget, node_limit, found if found is not None else first)
+        h = run_model(
+            m, budget, min(node_limit, POLISH_NODE_LIMIT), found if found is not None else first
+        )
         proven = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
         polished = highs_bound(h, cols.const)
         if polished is not None and (bound is None or polished > bound):
@@ -325,6 +407,20 @@ def _split(
             else:
                 small.append((d, o, u.slot, val(col)))
         big_slots = {slot for _a, _d, _o, slot, _n in big}
+        # a big item's slot offered by one pattern, one per unit (whole GPUs): its items are
+        # placed first fit decreasing while that pattern's units are handed out, so a bin
+        # gets whole items' worth of units (6 free GPUs per node hold one 4-GPU item, not 6)
+        direct: dict[str, tuple[int, int]] = {}
+        for slot in big_slots:
+            offerers = [
+                (gi, pi, p.offered(slot))
+                for gi, g in enumerate(b.groups)
+                for pi, p in enumerate(g.patterns)
+                if p.offered(slot)
+            ]
+            if len(offerers) == 1 and offerers[0][2] == 1:
+                direct[slot] = (offerers[0][0], offerers[0][1])
+        consumed: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for gi, g in enumerate(b.groups):
             units = {bi: g.count for _mode, bins in by_mode for bi in bins}
             # patterns that offer what big items take first, so they fill whole bins
@@ -333,10 +429,61 @@ def _split(
             flex = cols.flex.get((c, gi), [])
             stages = [(mode, bins) for mode, bins in by_mode]
             stages.append((FLEX, [bi for mode, bins in by_mode if mode in flex for bi in bins]))
+            taken_z: dict[int, int] = defaultdict(int)  # column -> units given out already
+            # every bin keeps its pinned patterns first (a class of several stateful bins)
+            for mode, bins in by_mode:
+                for bi in bins:
+                    for key, count in g.fixed:
+                        pi = next(i for i, p in enumerate(g.patterns) if p.key == key)
+                        need = count
+                        for zm in (mode, FLEX) if mode in flex else (mode,):
+                            zc = cols.z.get((c, zm, gi, pi))
+                            if zc is None:
+                                continue
+                            take = min(need, val(zc) - taken_z[zc], units[bi])
+                            if take > 0:
+                                taken_z[zc] += take
+                                need -= take
+                        if need:
+                            return None
+                        plan = plans[bi]
+                        assert plan is not None
+                        pats = plan.patterns.setdefault(g.key, {})
+                        pats[key] = pats.get(key, 0) + count
+                        units[bi] -= count
+            for amount, d, o, slot, items in sorted(big, key=lambda t: (-t[0], t[1])):
+                if direct.get(slot, (-1, -1))[0] != gi:
+                    continue
+                pi = direct[slot][1]
+                at: dict[int, int] = defaultdict(int)
+                for _ in range(items):
+                    spot = next(
+                        (
+                            (zc, bi)
+                            for mode, bins in stages
+                            if (zc := cols.z.get((c, mode, gi, pi))) is not None
+                            and val(zc) - taken_z[zc] >= amount
+                            for bi in bins
+                            if units[bi] >= amount
+                        ),
+                        None,
+                    )
+                    if spot is None:
+                        return None
+                    zc, bi = spot
+                    taken_z[zc] += amount
+                    units[bi] -= amount
+                    plan = plans[bi]
+                    assert plan is not None
+                    pats = plan.patterns.setdefault(g.key, {})
+                    pats[g.patterns[pi].key] = pats.get(g.patterns[pi].key, 0) + amount
+                    consumed[bi][slot] += amount
+                    at[bi] += 1
+                placements.extend(Placement(d, o, bi, slot, n) for bi, n in sorted(at.items()))
             for mode, bins in stages:
                 for pi in order:
                     zc = cols.z.get((c, mode, gi, pi))
-                    left = val(zc) if zc is not None else 0
+                    left = val(zc) - taken_z[zc] if zc is not None else 0
                     for bi in bins:
                         if not left:
                             break
@@ -361,7 +508,10 @@ def _split(
                 for key, cnt in plan.patterns.get(g.key, {}).items():
                     for s, off in g.pattern(key).offers:
                         slots[s] += off * cnt
+            for slot, n in consumed[bi].items():
+                slots[slot] -= n
             free[bi] = slots
+        big = [t for t in big if t[3] not in direct]
         for amount, d, o, slot, items in sorted(big, key=lambda t: (-t[0], t[1])):
             if not _place(free, k.members, (d, o, slot, amount, items), placements):
                 return None

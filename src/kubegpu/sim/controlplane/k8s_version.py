@@ -19,6 +19,11 @@ def binary_version(binary: Path) -> KubernetesVersion:
         out = subprocess.run(
             [str(binary), "--version"], capture_output=True, text=True, timeout=60, check=True
         ).stdout
+    except subprocess.CalledProcessError as exc:
+        said = (exc.stderr or exc.stdout or "").strip()[-2000:]
+        raise UnsupportedVersion(
+            f"{binary} --version exited with status {exc.returncode}: {said or 'nothing printed'}"
+        ) from None
     except (OSError, subprocess.SubprocessError) as exc:
         raise UnsupportedVersion(f"{binary} --version failed: {exc}") from None
     try:

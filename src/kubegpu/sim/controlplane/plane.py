@@ -76,18 +76,11 @@ from kubegpu.sim.controlplane.pids import (
 from kubegpu.sim.controlplane.process import ControlPlaneError, Proc, Stage, probe_get
 
 __all__ = [
-    "DEFAULT_FEATURE_GATES",
     "SIZE_PROFILES",
     "ControlPlane",
     "ControlPlaneSize",
 ]
 
-
-#: Feature gates every control plane runs with (``feature_gates`` adds to or overrides them).
-#: Dynamic Resource Allocation itself is GA and on in 1.35 (the ``resource.k8s.io/v1`` API,
-#: the scheduler's DRA plugin and the resource-claim controller); partitionable devices
-#: (``sharedCounters`` / ``consumesCounters``, what dynamic MIG publishes) are still alpha.
-DEFAULT_FEATURE_GATES: Final[Mapping[str, bool]] = {"DRAPartitionableDevices": True}
 
 _ETCD_QUOTA_BYTES: Final = 512 * 1024 * 1024
 _PORT_ATTEMPTS: Final = 5  # launches of one component when its port was taken meanwhile
@@ -166,7 +159,8 @@ class ControlPlane:
         fsync: let etcd fsync (off by default: the cluster is disposable, and tests faster).
         keep_data: keep etcd's data from an earlier run in ``workdir`` instead of wiping it.
         feature_gates: Kubernetes feature gates for all three Kubernetes components, on top
-            of :data:`DEFAULT_FEATURE_GATES` (a gate given here wins).
+            of the gates kubegpu sets for the binaries' version (`kubegpu.kube.versions`,
+            read from the API server binary at start; a gate given here wins).
         verbosity: klog ``--v`` of the Kubernetes components.
         size: the flags for the cluster's size (default: every component's own defaults).
     """
@@ -187,7 +181,7 @@ class ControlPlane:
         self._fsync = fsync
         self._keep_data = keep_data
         self._gate_overrides = dict(feature_gates or {})
-        self._feature_gates = {**DEFAULT_FEATURE_GATES, **self._gate_overrides}
+        self._feature_gates = dict(self._gate_overrides)  # the version's gates join at start
         self._verbosity = verbosity
         self.size = size or ControlPlaneSize()
         self._binaries: dict[str, Path] = {}
@@ -304,6 +298,15 @@ class ControlPlane:
     ) -> None:
         self.stop()
 
+    def _version_gates(self) -> Mapping[str, bool]:
+        """The gates for the API server binary's version (kubegpu.kube.versions): a gate
+        unknown to a version stops it. Asked once etcd runs, so a failing etcd is named
+        first; a binary that cannot say its version is named with what it printed."""
+        try:
+            return version_gates(self._binaries[APISERVER])
+        except UnsupportedVersion as exc:
+            raise ControlPlaneError(APISERVER, str(exc)) from None
+
     def start(self, timeout: float = 120.0) -> None:
         """Start everything and wait until the cluster is usable.
 
@@ -320,11 +323,6 @@ class ControlPlane:
             raise ControlPlaneError("control plane", f"already started in {self.workdir}")
         deadline = time.monotonic() + timeout
         self._binaries = check_binaries(find_bin_dir(self._bin_dir_arg))
-        try:  # per version (kubegpu.kube.versions): a gate unknown to a version stops it
-            gates = version_gates(self._binaries[APISERVER])
-        except UnsupportedVersion as exc:
-            raise ControlPlaneError(APISERVER, str(exc)) from None
-        self._feature_gates = {**gates, **self._gate_overrides}
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(exist_ok=True)
         self._acquire_lock()
@@ -337,6 +335,7 @@ class ControlPlane:
                 shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
             self._write_pki()
             self._run_stages([self._etcd_stage()], deadline, timeout)
+            self._feature_gates = {**self._version_gates(), **self._gate_overrides}
             self._run_stages([self._apiserver_stage()], deadline, timeout)
             self._write_kubeconfigs()
             self._run_stages(

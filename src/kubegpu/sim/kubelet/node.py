@@ -29,6 +29,7 @@ from lightkube.types import PatchType, on_error_retry
 
 from kubegpu.base.tasks import bounded_stop, cancel_all, start_kept
 from kubegpu.kube.kubelet import DEVICE_PLUGIN_PATH, POD_RESOURCES_SOCKET
+from kubegpu.nvml import NvmlError
 from kubegpu.nvml.sim import SimControls, SimNvml
 from kubegpu.sim import inprocess
 from kubegpu.sim.controlplane import addr as netaddr
@@ -43,6 +44,8 @@ from kubegpu.sim.kubelet.podworkers import NodeContext, PodRunner, now
 from kubegpu.sim.kubelet.processes import kill_pod_processes
 from kubegpu.sim.kubelet.server import KubeletServer, LogSource, serving_context
 from kubegpu.sim.kubelet.status import send_until_taken
+from kubegpu.sim.runtime.config import Runtime, RuntimeOptions
+from kubegpu.sim.runtime.injection import NodeGpu
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +93,9 @@ class SimNodeConfig:
     # `root_command` (kubegpu.cli.app.root_command, which the simulator cannot import)
     components: ComponentsMode = "process"
     root_command: RootCommand | None = None
+    # the node's container runtime (sim.runtime): containerd or CRI-O; `strict` enforces
+    # its contract (handlers, GPU injection, the toolkit), off by default for now
+    runtime: RuntimeOptions = field(default_factory=RuntimeOptions)
 
 
 def write_pci_devices(sysfs: Path, nvml: SimNvml) -> None:
@@ -141,6 +147,24 @@ class SimNode:
         self._ctx: NodeContext | None = None
         self.network: NodeAddress | None = None  # claimed at start, released at stop
         self.kubelet: KubeletServer | None = None  # the logs endpoint the API server proxies to
+        self.runtime = Runtime(self.root, config.runtime)  # its config on the host root
+
+    def _node_gpus(self) -> list[NodeGpu]:
+        """The node's GPUs as the runtime names them (index, UUID, minor, MIG devices)."""
+        if self.nvml is None:
+            return []
+        gpus = []
+        for d in self.nvml.devices():
+            try:
+                migs = (
+                    {f"{d.index}:{m.index}": m.uuid for m in self.nvml.mig_devices(d.index)}
+                    if self.nvml.mig_mode(d.index).current
+                    else {}
+                )
+            except NvmlError:
+                migs = {}
+            gpus.append(NodeGpu(d.index, d.uuid, d.index, migs))
+        return gpus
 
     @property
     def gpu_state(self) -> Path:
@@ -177,6 +201,7 @@ class SimNode:
         host, _, port = server.removeprefix("https://").partition(":")
         extra_env = {"KUBEGPU_NVML": f"sim:{self.gpu_state}"} if self.nvml else {}
         self.network = await asyncio.to_thread(netaddr.claim, str(self.root.resolve()))
+        await asyncio.to_thread(self.runtime.start)
         self._ctx = NodeContext(
             name=self.name,
             root=self.root,
@@ -190,6 +215,8 @@ class SimNode:
             bind_ip=self.network.ip if self.network.rewrites_binds else None,
             dra=self.dra,
             mounted=self.mounted,
+            runtime=self.runtime,
+            gpus=self._node_gpus,
             root_command=(
                 self.config.root_command if self.config.components == "inprocess" else None
             ),
@@ -303,7 +330,7 @@ class SimNode:
                 "bootID": self.boot_id,
                 "kernelVersion": platform.release(),
                 "osImage": "kubegpu simulated node",
-                "containerRuntimeVersion": "kubegpu-sim://0.1.0",
+                "containerRuntimeVersion": self.runtime.options.container_runtime_version,
                 "kubeletVersion": KUBELET_VERSION,
                 "kubeProxyVersion": KUBELET_VERSION,
                 "operatingSystem": "linux",

@@ -4,7 +4,10 @@ Pods whose image is kubegpu's own run their containers as local processes, each 
 private mount namespace with the pod's volumes (`volumes`) at their mount paths and the
 pod's environment (`podenv`). Workload containers whose command is `nvidia-smi` or a CUDA
 sample run its simulated equivalent (`smi`), which prints what the pod was allocated and
-exits. Other pods become Running without a process. Restart policy,
+exits; one whose command is a shell (`sh -c "nvidia-smi -L; sleep 3600"`) runs that shell
+for real with the simulated driver binaries on its PATH. On a strict node the runtime
+(`sim.runtime`) decides: the sandbox's handler, which GPUs and driver files a container
+gets, NVIDIA's toolkit pod. Other pods become Running without a process. Restart policy,
 backoff, container statuses and pod phase follow kubelet; what of the status the kubelet
 owns and how it is written are the status manager's rules (`status`).
 """
@@ -18,6 +21,7 @@ import os
 import shutil
 import signal
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,11 +31,15 @@ from typing import Any
 import httpx2 as httpx
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import PodStatus
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Event, PodStatus
+from lightkube.resources.node_v1 import RuntimeClass
 from lightkube.types import PatchType
 
 from kubegpu.base.tasks import cancel_all
 from kubegpu.catalog.nvidia import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_VOID
+from kubegpu.nvml import ENV_NVML
 from kubegpu.sim.inprocess import (
     ContainerSpec,
     InProcessContainer,
@@ -39,7 +47,7 @@ from kubegpu.sim.inprocess import (
     in_process_command,
 )
 from kubegpu.sim.kubelet.devicemanager import AdmissionError, ContainerAllocation, DeviceManager
-from kubegpu.sim.kubelet.dramanager import DraManager, dra_backed_resources
+from kubegpu.sim.kubelet.dramanager import DraManager, dra_backed_resources, read_cdi_specs
 from kubegpu.sim.kubelet.mounted import MountedObjects, ObjectKey
 from kubegpu.sim.kubelet.podchecks import container_refusal
 from kubegpu.sim.kubelet.podenv import base_env, container_env, field_value
@@ -56,6 +64,22 @@ from kubegpu.sim.kubelet.volumes import (
     volume_dir,
     volume_files,
     write_files,
+)
+from kubegpu.sim.runtime.config import Runtime, sandbox_event_message
+from kubegpu.sim.runtime.driver import PROGRAMS, install_binaries, with_driver
+from kubegpu.sim.runtime.injection import (
+    Injection,
+    NodeGpu,
+    cdi_requests,
+    inject,
+    is_nvidia_binary,
+)
+from kubegpu.sim.runtime.shm import ContainerShm, container_shm
+from kubegpu.sim.runtime.toolkit import (
+    ContainerFs,
+    is_toolkit_image,
+    run_cleanup,
+    run_installer,
 )
 from kubegpu.sim.smi import ENV_DEVICES as SMI_DEVICES
 from kubegpu.sim.smi import workload_program
@@ -95,6 +119,13 @@ class NodeContext:
     mounted: MountedObjects = field(kw_only=True)  # ConfigMaps and Secrets, watched
     # set: kubegpu's node components run in-process (sim.inprocess), parsed by this command
     root_command: RootCommand | None = None
+    runtime: Runtime | None = None  # the node's container runtime (sim.runtime)
+    gpus: Callable[[], list[NodeGpu]] = list  # the node's GPUs as the runtime names them
+
+    @property
+    def strict(self) -> bool:
+        """The node enforces its runtime's contract (handlers, injection, the toolkit)."""
+        return self.runtime is not None and self.runtime.options.strict
 
     def runs_process(self, image: str) -> bool:
         repo = image.rsplit("@", 1)[0].rsplit(":", 1)[0] if "/" in image or ":" in image else image
@@ -125,6 +156,39 @@ class ContainerState:
             "state": self.state,
             "lastState": self.last_state,
         }
+
+
+async def pod_event(client: AsyncClient, node: str, pod: Json, reason: str, message: str) -> None:
+    """A Warning event from the kubelet about `pod` (best effort, as kubelet's recorder)."""
+    meta = pod["metadata"]
+    namespace = meta.get("namespace", "default")
+    t = datetime.now(UTC)
+    event = Event(
+        metadata=ObjectMeta(name=f"{meta['name']}.{uuid.uuid4().hex[:16]}", namespace=namespace),
+        involvedObject=ObjectReference(
+            apiVersion="v1", kind="Pod", name=meta["name"], namespace=namespace, uid=meta["uid"]
+        ),
+        reason=reason,
+        message=message[:1024],
+        type="Warning",
+        count=1,
+        firstTimestamp=t,
+        lastTimestamp=t,
+        source=EventSource(component="kubelet", host=node),
+        reportingComponent="kubelet",
+        reportingInstance=node,
+    )
+    try:
+        await client.create(event)
+    except (ApiError, httpx.HTTPError) as exc:
+        log.warning("node %s: event %s: %s", node, reason, exc)
+
+
+def is_shell(command: list[str]) -> bool:
+    """`sh -c ...` / `bash -c ...`: a command a runtime runs as the shell it is."""
+    return (
+        len(command) >= 3 and os.path.basename(command[0]) in {"sh", "bash"} and command[1] == "-c"
+    )
 
 
 def resource_wants(container: Json, is_device: Callable[[str], bool]) -> dict[str, int]:
@@ -179,6 +243,8 @@ class PodRunner:
         self._volumes_changed = asyncio.Event()
         self._changed_objects: set[ObjectKey] = set()
         self._stop_listening: Callable[[], None] = lambda: None
+        self.handler: str | None = None  # the runtime handler its sandbox runs with
+        self.shm: dict[str, ContainerShm] = {}  # each container's /dev/shm (sim.runtime.shm)
 
     @property
     def container_names(self) -> tuple[str, ...]:
@@ -376,6 +442,8 @@ class PodRunner:
     async def _run(self) -> None:
         if self.node.dra is not None:  # claims are prepared before any container starts
             await self.node.dra.prepare_pod(self.pod, self._push_status)
+        if self.node.strict and not await self._create_sandbox():
+            return
         self._tasks.append(asyncio.create_task(self._refresh_volumes()))
         for c in self.init:
             while not self._stopping:
@@ -401,6 +469,106 @@ class PodRunner:
         # manager counts only active pods' devices)
         await self._on_exit(self)
         await self._push_status()
+
+    # -- the runtime: sandbox, injection, the toolkit (strict nodes) -------------------------
+    async def _runtime_handler(self) -> str | None:
+        """The handler of the pod's RuntimeClass (its name when the object cannot be read)."""
+        name = self.pod["spec"].get("runtimeClassName")
+        if not name:
+            return None
+        try:
+            rc = await self.node.client.get(RuntimeClass, name)
+        except (ApiError, httpx.HTTPError):
+            return str(name)
+        return str(rc.handler)
+
+    async def _create_sandbox(self) -> bool:
+        """Run the pod's sandbox with its handler, retrying with backoff as a kubelet does
+        while the runtime refuses it (the runtime's words in the event and the statuses)."""
+        assert self.node.runtime is not None
+        handler = await self._runtime_handler()
+        delay = BACKOFF_START_S
+        while not self._stopping:
+            error = self.node.runtime.sandbox_error(handler, self.uid)
+            if error is None:
+                self.handler = handler
+                return True
+            for c in [*self.init, *self.containers]:
+                c.state = {"waiting": {"reason": "ContainerCreating", "message": error}}
+            await self._push_status()
+            await pod_event(
+                self.node.client,
+                self.node.name,
+                self.pod,
+                "FailedCreatePodSandBox",
+                sandbox_event_message(error),
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX_S)
+        return False
+
+    def _injection(self, c: ContainerState, env: dict[str, str]) -> Injection:
+        """What the runtime gives the container (sim.runtime.injection)."""
+        runtime = self.node.runtime
+        assert runtime is not None
+        allocation = self.allocations.get(c.name)
+        cri = [*(allocation.cdi_devices if allocation else [])]
+        if self.node.dra is not None:
+            cri += self.node.dra.cdi_devices(self.uid, c.name)
+        annotations = {
+            **(self.pod["metadata"].get("annotations") or {}),
+            **(allocation.annotations if allocation else {}),
+        }
+        names = cdi_requests(cri, annotations)
+        specs = read_cdi_specs(self.node.dra.cdi_dirs) if names and self.node.dra else []
+        return inject(
+            nvidia_handler=is_nvidia_binary(runtime.handler_binary(self.handler)),
+            env=env,
+            cdi_names=names,
+            cdi_specs=specs,
+            gpus=self.node.gpus(),
+        )
+
+    async def _run_toolkit(self, c: ContainerState, log_path: Path) -> int:
+        """NVIDIA's toolkit installer, stood in for (sim.runtime.toolkit): it configures the
+        node's runtime through the pod's env and mounts, then waits to be stopped."""
+        assert self.node.runtime is not None
+        try:
+            env = await self._env(c)
+            mounts = self._mounts(c)
+        except CONFIG_FAILURES as exc:
+            c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
+            await self._push_status()
+            return 1
+        fs = ContainerFs(mounts, self.dir / "rootfs" / c.name)
+        result = await asyncio.to_thread(run_installer, env, fs, self.node.runtime)
+        with log_path.open("a") as out:
+            out.writelines(line + "\n" for line in result.log)
+        started = now()
+        if result.error is None:
+            c.state = {"running": {"startedAt": started}}
+            c.ready = not c.init
+            await self._push_status()
+            if not c.init:
+                try:
+                    await asyncio.Event().wait()  # waits for its signal until the pod stops
+                finally:  # its signal: it reverts the runtime's config
+                    undone = run_cleanup(env, fs, self.node.runtime)
+                    with log_path.open("a") as out:
+                        out.writelines(line + "\n" for line in undone.log)
+        code = result.exit_code
+        c.ready = False
+        c.state = {
+            "terminated": {
+                "exitCode": code,
+                "reason": "Completed" if code == 0 else "Error",
+                "startedAt": started,
+                "finishedAt": now(),
+            }
+        }
+        if not self._stopping:
+            await self._push_status()
+        return code
 
     async def _keep_running(self, c: ContainerState) -> None:
         while not self._stopping:
@@ -452,6 +620,10 @@ class PodRunner:
             await self._push_status()
             await asyncio.Event().wait()  # it waits as long as the pod is the same
         image = c.spec.get("image", "")
+        if self.node.strict and is_toolkit_image(image):
+            log_path = self.log_dir / c.name / f"{c.restart_count}.log"
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            return await self._run_toolkit(c, log_path)
         workload = self._workload(c)
         if workload is None and not self.node.runs_process(image):
             c.state = {"running": {"startedAt": now()}}
@@ -481,8 +653,30 @@ class PodRunner:
             await self._push_status()
             return 1
         in_process = self._in_process_argv(c) if workload is None else None
+        self.shm[c.name] = container_shm(self.dir, mounts, env)
         waiter: asyncio.Task[int] | None = None
-        if in_process is not None:
+        real: list[str] | None = None  # a strict node runs a workload's own command
+        if self.node.strict:
+            injected = self._injection(c, env)
+            if injected.error is not None:
+                message = injected.error
+                c.state = {"waiting": {"reason": "CreateContainerError", "message": message}}
+                await self._push_status()
+                return 1
+            env[SMI_DEVICES] = ",".join(injected.devices)
+            if injected.driver:
+                programs = tuple(p for p in PROGRAMS if injected.has_program(p))
+                bin_dir = install_binaries(self.node.root, self.node.python, programs)
+                env["PATH"] = with_driver(env.get("PATH", ""), bin_dir)
+            else:
+                env.pop(ENV_NVML, None)  # no driver injected: no NVML for the process
+            if workload is not None:
+                real = self._workload_command(c)
+                if real is None or shutil.which(real[0], path=env.get("PATH")) is None:
+                    return await self._start_error(c, real[0] if real else "")
+        if real is not None:
+            argv = real
+        elif in_process is not None:
             c.inproc = InProcessContainer(
                 ContainerSpec(
                     argv=in_process,
@@ -506,7 +700,13 @@ class PodRunner:
             if not given and visible not in (None, "", VISIBLE_DEVICES_VOID):
                 given = str(visible).split(",")  # "all", or the GPUs of the pod's claims
             env[SMI_DEVICES] = ",".join(given)
-            argv = [self.node.python, "-m", "kubegpu.sim.smi", *command]
+            own = self._workload_command(c)
+            if own is not None and is_shell(own):  # a shell runs for real, the driver on PATH
+                bin_dir = install_binaries(self.node.root, self.node.python)
+                env["PATH"] = with_driver(env.get("PATH", ""), bin_dir)
+                argv = own
+            else:
+                argv = [self.node.python, "-m", "kubegpu.sim.smi", *command]
         else:
             argv = [self.node.python, "-m", "kubegpu.sim.kubelet.podexec"]
             if self.node.bind_ip:
@@ -548,6 +748,28 @@ class PodRunner:
         if not self._stopping:
             await self._push_status()
         return code
+
+    def _workload_command(self, c: ContainerState) -> list[str] | None:
+        """The workload's own command (its image's entrypoint: the CUDA sample), as a
+        runtime would exec it."""
+        command = [*(c.spec.get("command") or []), *(c.spec.get("args") or [])]
+        if command:
+            return command
+        return workload_program(c.spec.get("image", ""), [])
+
+    async def _start_error(self, c: ContainerState, binary: str) -> int:
+        """The runtime could not exec the container's binary (not on its PATH)."""
+        c.state = {
+            "terminated": {
+                "exitCode": 128,
+                "reason": "StartError",
+                "message": f'exec: "{binary}": executable file not found in $PATH',
+                "startedAt": now(),
+                "finishedAt": now(),
+            }
+        }
+        await self._push_status()
+        return 128
 
     async def _kill(self, c: ContainerState, grace: float) -> None:
         if c.inproc is not None:
