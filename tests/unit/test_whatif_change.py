@@ -308,3 +308,21 @@ def test_a_label_naming_no_config_lists_a_dozen_configs_at_most() -> None:
     assert str(err.value).endswith(
         "(it has c00, c01, c02, c03, c04, c05, c06, c07, c08, c09, c10, c11 and 28 more)"
     )
+
+
+def test_without_a_policy_configmap_a_label_is_checked_against_the_nodes_generated_layouts() -> (
+    None
+):
+    """The MIG manager reads the layouts it generated for its node when the policy names no
+    ConfigMap (`doctor.facts.layouts_configmap`, the rule doctor uses too), not the chart's
+    default set."""
+    maps = {
+        "n1" + nvidia.MIG_GENERATED_CONFIGMAP_SUFFIX: {"config.yaml": LAYOUTS},
+        nvidia.MIG_PARTED_DEFAULT_CONFIGMAP: {
+            "config.yaml": "version: v1\nmig-configs:\n  only-default:\n    - devices: all\n"
+            "      mig-enabled: false\n"
+        },
+    }
+    check_change(Change(labels={"n1": {nvidia.MIG_CONFIG: "all-disabled"}}), None, maps)
+    with pytest.raises(ChangeError, match="only-default"):
+        check_change(Change(labels={"n2": {nvidia.MIG_CONFIG: "all-disabled"}}), None, maps)

@@ -135,3 +135,32 @@ def test_json_and_rich_output_carry_the_same_facts() -> None:
     assert "Pods that block the change" in text and "ml/train" in text
     assert "all-disabled -> all-1g.10gb" in text
     assert "not repartitioned: GPU 0" in text
+
+
+def test_each_pod_pending_in_the_snapshot_is_reported_with_whether_it_ran() -> None:
+    node = NodeState("gpu-1", (SLICED,))
+    after = state(
+        node,
+        pending=(PendingPod("ml/big", "0/2 nodes are available: Insufficient mig-7g.80gb"),),
+        pods={"ml/small": ("Running", "gpu-1"), "ml/big": ("Pending", "")},
+    )
+    report = build_report(state(node), after, was_pending=["ml/small", "ml/big", "ml/gone"])
+    outcome = {o.pod: (o.ran, o.phase, o.node) for o in report.was_pending}
+    assert outcome == {
+        "ml/small": (True, "Running", "gpu-1"),
+        "ml/big": (False, "Pending", ""),
+        "ml/gone": (False, "", ""),  # not on the twin at all: it did not run either
+    }
+    assert [o.pod for o in report.still_pending] == ["ml/big", "ml/gone"]
+    doc = report_json(report)
+    big = next(o for o in doc["was_pending"] if o["pod"] == "ml/big")
+    assert big == {
+        "pod": "ml/big",
+        "ran": False,
+        "phase": "Pending",
+        "node": "",
+        "reason": "0/2 nodes are available: Insufficient mig-7g.80gb",
+    }
+    console = Console(width=200, record=True)
+    console.print(render(report))
+    assert "Pods Pending in the snapshot" in console.export_text()

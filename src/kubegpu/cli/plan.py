@@ -2,7 +2,8 @@
 
 Exit codes: 0 every replica placed; 1 bad input (file, field, model or value); 2 bad
 command line; 3 a partial plan: some replicas are left over (the plan is still printed and
-written, with what is left and why).
+written, with what is left and why). With `--from-snapshot --verify` the twin's answer
+decides instead: 0 every Pending pod runs there, 4 some would still be Pending (named).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from kubegpu.replan import from_snapshot as plan_snapshot
 from kubegpu.sharing import isolation
 
 EXIT_PARTIAL = 3
+EXIT_STILL_PENDING = 4  # --verify: some Pending pods would not run on the twin
 
 console = Console(highlight=False)
 
@@ -149,6 +151,12 @@ def plan(
         help="With --from-snapshot: the runbook may delete running GPU pods (controller-owned) "
         "to repartition their node, fewest first.",
     ),
+    verify: bool = typer.Option(
+        False,
+        "--verify",
+        help="With --from-snapshot: apply the runbook to the snapshot's simulated twin "
+        "(`kubegpu what-if`) and report the Pending pods that would still not run.",
+    ),
     solver: str | None = typer.Option(
         None, "--solver", help="auto (default), exact or heuristic; overrides the file."
     ),
@@ -191,13 +199,15 @@ def plan(
     sources = sum([bool(files), from_snapshot is not None, kubeconfig is not None])
     if sources != 1:
         fail("give exactly one of --file, --from-snapshot or --kubeconfig", code=2)
-    start = snap_plan = None
+    start = snap_plan = snap = None
     if allow_evictions and from_snapshot is None and kubeconfig is None:
         fail("--allow-evictions is for --from-snapshot or --kubeconfig", code=2)
+    if verify and from_snapshot is None and kubeconfig is None:
+        fail("--verify is for --from-snapshot or --kubeconfig", code=2)
     if from_snapshot is not None or kubeconfig is not None:
         if api != "device-plugin":
             fail("--from-snapshot plans device-plugin resources only (--api device-plugin)", code=2)
-        start, snap_plan = _snapshot_start(from_snapshot, kubeconfig, solver, allow_evictions)
+        snap, start, snap_plan = _snapshot_start(from_snapshot, kubeconfig, solver, allow_evictions)
         inp = start.input
     else:
         try:
@@ -297,6 +307,9 @@ def plan(
             console.print(f"wrote {len(written)} files to {out}")
     if explain:
         _explain(result)
+    if verify and snap is not None and start is not None and change is not None:
+        still = _verify(snap, start, change, str(from_snapshot or "the cluster"), as_json)
+        raise typer.Exit(EXIT_STILL_PENDING if still else 0)
     if not result.complete:
         lines = []
         for wp in result.workloads:
@@ -308,9 +321,65 @@ def plan(
         fail("\n".join(lines), code=EXIT_PARTIAL)
 
 
+def _verify(
+    snap: Snapshot,
+    start: plan_snapshot.Start,
+    change: plan_snapshot.Change,
+    shown: str,
+    as_json: bool,
+) -> int:
+    """The runbook tried on the snapshot's twin; prints each originally Pending pod's fate
+    and returns how many would still not run."""
+    import time
+
+    from kubegpu.base.loader import InputError
+    from kubegpu.replan.verify import runbook_steps
+    from kubegpu.sim.stack import StackError
+    from kubegpu.whatif.change import from_steps
+    from kubegpu.whatif.command import prepare_snapshot, run
+    from kubegpu.whatif.twin import TwinError
+    from kubegpu.whatif.twin_spec import TwinSpecError
+
+    err = Console(stderr=True, highlight=False)
+    t0 = time.monotonic()
+
+    def say(text: str) -> None:
+        err.print(f"[bold cyan]{time.monotonic() - t0:6.1f}s[/] verify: {text}")
+
+    try:
+        steps = runbook_steps(snap, start, change)
+        wchange = from_steps(
+            steps.config_maps, steps.policy_patch, steps.labels, steps.notes, source="runbook"
+        )
+        spec = prepare_snapshot(snap, wchange, shown)
+        report = asyncio.run(run(spec, wchange, chart=None, settle_timeout=300.0, say=say))
+    except (plan_snapshot.SnapshotPlanError, InputError, TwinSpecError) as exc:
+        fail(f"--verify: {exc}")
+    except (TwinError, StackError) as exc:
+        fail(f"--verify: the twin could not run: {exc}")
+    still = report.still_pending
+    out = err if as_json else console
+    if not report.settled:
+        out.print(f"[yellow]verify[/yellow] the twin did not settle: {'; '.join(report.unsettled)}")
+    for o in report.was_pending:
+        if o.ran:
+            out.print(f"verify: {o.pod} runs on the twin (node {o.node})", soft_wrap=True)
+        else:
+            why = f": {o.reason}" if o.reason else ""
+            out.print(
+                f"[red]verify[/red]: {o.pod} would still be {o.phase or 'absent'}{why}",
+                soft_wrap=True,
+            )
+    out.print(
+        f"verify: {len(report.was_pending) - len(still)} of {len(report.was_pending)} "
+        "Pending pods run on the twin after the runbook"
+    )
+    return len(still)
+
+
 def _snapshot_start(
     path: Path | None, kubeconfig: Path | None, solver: str | None, allow_evictions: bool
-) -> tuple[plan_snapshot.Start, Plan]:
+) -> tuple[Snapshot, plan_snapshot.Start, Plan]:
     """The planner's starting point from a snapshot file or a read-only capture."""
     import httpx2
     from lightkube.core.exceptions import ApiError, ConfigError
@@ -324,8 +393,11 @@ def _snapshot_start(
     except (ApiError, ConfigError, OSError, httpx2.HTTPError) as exc:
         fail(f"cannot read the cluster: {exc}")
     try:
-        return plan_snapshot.plan_from(
-            snap, solver=solver or "auto", allow_evictions=allow_evictions
+        return (
+            snap,
+            *plan_snapshot.plan_from(
+                snap, solver=solver or "auto", allow_evictions=allow_evictions
+            ),
         )
     except (plan_snapshot.SnapshotPlanError, ValueError) as exc:
         fail(f"{path or 'the cluster'}: {exc}")

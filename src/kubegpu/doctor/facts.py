@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -236,11 +237,20 @@ def mig_parted_configmap(snapshot: Snapshot, node: NodeInfo | str) -> str:
     (`<node>-mig-config`) once it has; else the chart's default set. The one answer for
     doctor and what-if."""
     name = spec_at(snapshot.cluster_policy, "migManager", "config", "name")
-    if isinstance(name, str) and name:
-        return name
-    generated = (node if isinstance(node, str) else node.name) + (
-        nvidia.MIG_GENERATED_CONFIGMAP_SUFFIX
+    return layouts_configmap(
+        name if isinstance(name, str) else None,
+        node if isinstance(node, str) else node.name,
+        lambda cm: snapshot.config_map(cm) is not None,
     )
-    if snapshot.config_map(generated) is not None:
+
+
+def layouts_configmap(policy_name: str | None, node: str, exists: Callable[[str], bool]) -> str:
+    """The rule of `mig_parted_configmap` over any view of the ConfigMaps: `exists(name)`
+    says whether the operator's namespace has one of that name (what-if asks it of a
+    snapshot with a change applied)."""
+    if policy_name:
+        return policy_name
+    generated = node + nvidia.MIG_GENERATED_CONFIGMAP_SUFFIX
+    if exists(generated):
         return generated
     return nvidia.MIG_PARTED_DEFAULT_CONFIGMAP

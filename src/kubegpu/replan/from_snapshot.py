@@ -22,11 +22,17 @@ The rules (docs/planner.md, "From a snapshot"):
   claim, several MIG instances in one pod, a node selector) is listed as not planned;
 - `--allow-evictions` (`plan_from`): while Pending pods are left, nodes are released one at
   a time, fewest running GPU pods first, their pods planned again ahead of any Pending pod;
-  a release is kept only when it places more Pending pods and every moved pod.
+  a release is kept only when it places more Pending pods and every moved pod;
+- a node whose MIG manager generated its layouts (no `spec.migManager.config.name`: it
+  publishes them in `<node>-mig-config` for reading only, and never reads that ConfigMap
+  back) gets its new layout from a ConfigMap the runbook creates with every generated
+  layout of the cluster's nodes plus the new ones, which the ClusterPolicy is then pointed
+  at (`migManager.config.name`): adding a config to a generated ConfigMap does nothing.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from kubegpu.catalog import GpuModel, nvidia
+from kubegpu.catalog import GpuModel, get_model, nvidia
 from kubegpu.doctor import facts
 from kubegpu.doctor.snapshot import NodeInfo, PodInfo, Snapshot
 from kubegpu.plan import Plan, make_plan
@@ -50,6 +56,9 @@ from kubegpu.plan.inputs import (
 
 MIG_PREFIX = nvidia.MIG_RESOURCE_PREFIX
 GPU = nvidia.GPU_RESOURCE
+# the ConfigMap the runbook creates where the MIG managers generated their layouts
+CREATED_MIG_CONFIGMAP = "kubegpu-mig-parted-config"
+CREATED_MIG_FILE = "mig-parted-configmap-to-create.yaml"
 
 
 class SnapshotPlanError(ValueError):
@@ -70,6 +79,7 @@ class NodeStart:
     pinned: bool  # MIG instances in use whose devices are unknown: every layout kept
     mig_configmap: str  # the ConfigMap the node's MIG manager reads
     existing: frozenset[str] = frozenset()  # the config names that ConfigMap has
+    generated: bool = False  # mig_configmap is the MIG manager's own, published, never read
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,9 @@ class Start:
     # them again) so that the node may be repartitioned, and the workloads they become
     evicted: dict[str, tuple[str, ...]] = field(default_factory=dict)
     moved: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # the layouts the MIG managers generated, every node's together (see the docstring)
+    generated_layouts: dict[str, Any] = field(default_factory=dict)
+    cluster_policy: str | None = None  # its name
 
 
 def _count(text: str) -> int:
@@ -226,6 +239,7 @@ def _node_start(
         driver=facts.driver(node),
         current=current,
     )
+    cm_name = facts.mig_parted_configmap(snapshot, node)
     start = NodeStart(
         name=node.name,
         model=model.id,
@@ -235,10 +249,37 @@ def _node_start(
         layout=tuple(layouts),
         running=tuple(sorted(p.key for p in pods)),
         pinned=pinned,
-        mig_configmap=facts.mig_parted_configmap(snapshot, node),
-        existing=_config_names(snapshot, facts.mig_parted_configmap(snapshot, node)),
+        mig_configmap=cm_name,
+        existing=_config_names(snapshot, cm_name),
+        generated=cm_name == node.name + nvidia.MIG_GENERATED_CONFIGMAP_SUFFIX
+        and not facts.spec_at(snapshot.cluster_policy, "migManager", "config", "name"),
     )
     return fleet, start
+
+
+def _generated_layouts(snapshot: Snapshot, nodes: dict[str, NodeStart]) -> dict[str, Any]:
+    """Every layout the MIG managers generated, by name, in one mig-parted config: each
+    entry filtered to its GPU model (`device-filter`), so that a name two models generated
+    differently (`all-balanced`) holds both, each applying to its own GPUs only."""
+    out: dict[str, list[Any]] = {}
+    seen: set[tuple[str, str]] = set()
+    for st in sorted(nodes.values(), key=lambda n: n.name):
+        cm = snapshot.config_map(st.mig_configmap) if st.generated else None
+        doc = yaml.safe_load(cm.data.get("config.yaml", "")) if cm is not None else None
+        configs = doc.get("mig-configs") if isinstance(doc, dict) else None
+        model = get_model(st.model)
+        pci = f"0x{model.pci_device_id:08X}"
+        for name, entries in (configs or {}).items():
+            if (name, pci) in seen or not isinstance(entries, list):
+                continue
+            seen.add((name, pci))
+            out.setdefault(name, []).extend(
+                e
+                if not isinstance(e, dict) or "device-filter" in e
+                else {**e, "device-filter": [pci]}
+                for e in entries
+            )
+    return out
 
 
 def _config_names(snapshot: Snapshot, cm_name: str) -> frozenset[str]:
@@ -361,6 +402,8 @@ def start_from(
             n: tuple(sorted(p.key for p in by_node.get(n, []))) for n in sorted(evict) if n in nodes
         },
         moved={k: tuple(v) for k, v in moved_groups.items()},
+        generated_layouts=_generated_layouts(snapshot, nodes),
+        cluster_policy=snapshot.cluster_policy.name if snapshot.cluster_policy else None,
     )
 
 
@@ -462,7 +505,7 @@ def change_of(start: Start, plan: Plan) -> Change:
             continue
         mig_name = n.mig_config
         if mig_name is not None:
-            mig_name = _fresh(mig_name, st)
+            mig_name = _fresh(mig_name, st, start.generated_layouts if st.generated else {})
             used_mig[mig_name] = mig_configs[n.mig_config or ""]
         dp_name, dp = device_plugin_config(n)
         plugin = None
@@ -477,7 +520,7 @@ def change_of(start: Start, plan: Plan) -> Change:
         out.append(
             NodeChange(
                 n.name,
-                st.mig_configmap,
+                CREATED_MIG_CONFIGMAP if st.generated else st.mig_configmap,
                 mig_name,
                 plugin,
                 tuple(moved),
@@ -487,10 +530,10 @@ def change_of(start: Start, plan: Plan) -> Change:
     return Change(tuple(out), used_mig, used_dp)
 
 
-def _fresh(name: str, st: NodeStart) -> str:
-    """The plan's config name, unless the node's ConfigMap has a config of that name."""
+def _fresh(name: str, st: NodeStart, more: dict[str, Any]) -> str:
+    """The plan's config name, unless the node's ConfigMap (or `more`) has one of that name."""
     out, i = name, 1
-    while out in st.existing:
+    while out in st.existing or out in more:
         i += 1
         out = f"{name}-{i}"
     return out
@@ -535,6 +578,22 @@ def runbook(start: Start, plan: Plan, change: Change, namespace: str = "gpu-oper
     for c in change.nodes:
         if c.mig_config:
             by_cm.setdefault(c.mig_configmap, []).append(c.mig_config)
+    created = by_cm.pop(CREATED_MIG_CONFIGMAP, None)
+    if created:
+        patch = json.dumps({"spec": {"migManager": {"config": {"name": CREATED_MIG_CONFIGMAP}}}})
+        lines += [
+            f"- The MIG managers generated their layouts (`<node>{nvidia.MIG_GENERATED_CONFIGMAP_SUFFIX}` "
+            "ConfigMaps are published for reading, a config added there is never read): "
+            f"create ConfigMap {namespace}/{CREATED_MIG_CONFIGMAP} with every generated "
+            f"layout and {', '.join(sorted(set(created)))}, and point the ClusterPolicy at it "
+            "(the nodes keep their layouts: their configs are in it under the same names).",
+            "",
+            "```bash",
+            f"kubectl apply -n {namespace} -f {CREATED_MIG_FILE}",
+            f"kubectl patch clusterpolicy {start.cluster_policy or 'cluster-policy'} --type merge -p '{patch}'",
+            "```",
+            "",
+        ]
     for cm, names in sorted(by_cm.items()):
         lines.append(
             f"- ConfigMap {namespace}/{cm}, key config.yaml: add mig-configs "
@@ -593,25 +652,52 @@ def runbook(start: Start, plan: Plan, change: Change, namespace: str = "gpu-oper
             lines.append(f"kubectl uncordon {c.node}")
         lines += ["```", ""]
     step += 1
+    # only where every pod of a group is placed is it known which pods schedule: for the
+    # others the scheduler picks, and a wait on one left Pending would never end
+    whole = [(n, p) for n, p in sorted(start.pending.items()) if placed.get(n, 0) >= len(p)]
+    partial = [(n, p) for n, p in sorted(start.pending.items()) if 0 < placed.get(n, 0) < len(p)]
+    lines += [f"## {step}. The Pending pods schedule", ""]
     lines += [
-        f"## {step}. The Pending pods schedule",
-        "",
-        "```bash",
-        *(
-            f"kubectl wait pod -n {pod.split('/')[0]} {pod.split('/')[1]} --for=condition=PodScheduled --timeout=5m"
-            for name, pods in sorted(start.pending.items())
-            for pod in pods
-        ),
-        "```",
+        f"- {name}: {placed[name]} of its {len(pods)} pods schedule (the scheduler picks "
+        "which); the others stay Pending"
+        for name, pods in partial
     ]
+    lines += ["", "```bash"] if partial else ["```bash"]
+    lines += [
+        f"kubectl wait pod -n {pod.split('/')[0]} {pod.split('/')[1]} --for=condition=PodScheduled --timeout=5m"
+        for _, pods in whole
+        for pod in pods
+    ]
+    lines.append("```")
     if start.not_planned:
         lines += ["", "## Not planned", "", *(f"- {x}" for x in start.not_planned)]
     return "\n".join(lines) + "\n"
 
 
+def created_mig_configmap(start: Start, change: Change) -> dict[str, Any] | None:
+    """The ConfigMap the runbook creates for nodes with generated layouts (None: none)."""
+    new = {
+        c.mig_config: change.mig_configs[c.mig_config]
+        for c in change.nodes
+        if c.mig_config and c.mig_configmap == CREATED_MIG_CONFIGMAP
+    }
+    if not new:
+        return None
+    config = {"version": "v1", "mig-configs": {**start.generated_layouts, **new}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CREATED_MIG_CONFIGMAP},
+        "data": {"config.yaml": yaml.safe_dump(config, sort_keys=False)},
+    }
+
+
 def files(start: Start, plan: Plan, change: Change) -> dict[str, str]:
     """The runbook and the configs it adds, by relative path."""
+    created = created_mig_configmap(start, change)
+    extra = {CREATED_MIG_FILE: yaml.safe_dump(created, sort_keys=False)} if created else {}
     return {
+        **extra,
         "runbook.md": runbook(start, plan, change),
         "mig-parted-configs-to-add.yaml": yaml.safe_dump(
             {"mig-configs": change.mig_configs}, sort_keys=False

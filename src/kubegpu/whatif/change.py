@@ -81,6 +81,23 @@ class Change:
         )
 
 
+def from_steps(
+    config_maps: dict[str, dict[str, str]],
+    policy_patch: dict[str, Any] | None,
+    labels: dict[str, dict[str, str | None]],
+    notes: tuple[str, ...] = (),
+    *,
+    source: str,
+) -> Change:
+    """A change given as data rather than files (the runbook of `plan --from-snapshot`):
+    each ConfigMap is named as coming from `source`."""
+    maps = tuple(
+        ConfigMapChange(name, dict(data), f"{source}: configmap {name}")
+        for name, data in config_maps.items()
+    )
+    return Change(maps, policy_patch, {n: dict(v) for n, v in labels.items()}, notes)
+
+
 def check_namespaces(change: Change, operator_namespace: str) -> None:
     """Every ConfigMap goes where the operator reads it: one written for another namespace
     would do nothing there, so the twin must not quietly move it into the operator's."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from kubegpu.base import loader
 from kubegpu.catalog import nvidia
+from kubegpu.doctor.facts import layouts_configmap
 from kubegpu.kube.label_syntax import key_problem, value_problem
 from kubegpu.kube.policy import parse_policy_spec
 from kubegpu.mig.config import ConfigError
@@ -47,12 +48,12 @@ def check_change(
         except ValueError as exc:  # pydantic's ValidationError is one
             raise ChangeError(f"the patched ClusterPolicy spec: {exc}") from None
     plugin_cm = _config_name(spec, "devicePlugin")
-    mig_cm = _config_name(spec, "migManager") or nvidia.MIG_PARTED_DEFAULT_CONFIGMAP
+    policy_mig_cm = _config_name(spec, "migManager")
     data = dict(config_maps)
     for cm in change.config_maps:
         if cm.name == plugin_cm:
             _check_plugin_configs(cm)
-        elif cm.name == mig_cm:
+        elif _holds_layouts(cm.name, policy_mig_cm):
             _check_mig_configs(cm)
         data[cm.name] = cm.data
     for node, labels in sorted(change.labels.items()):
@@ -66,7 +67,10 @@ def check_change(
                 raise ChangeError(f"node {node}: label {key}, value {loader.excerpt(value)}: {why}")
             if key == nvidia.DEVICE_PLUGIN_CONFIG and plugin_cm in data:
                 _check_named(node, key, value, sorted(data[plugin_cm]), plugin_cm)
-            elif key == nvidia.MIG_CONFIG and mig_cm in data:
+            elif (
+                key == nvidia.MIG_CONFIG
+                and (mig_cm := layouts_configmap(policy_mig_cm, node, data.__contains__)) in data
+            ):
                 text = data[mig_cm].get(MIG_CONFIG_KEY)
                 if text is None:
                     continue
@@ -75,6 +79,17 @@ def check_change(
                 except ConfigError as exc:  # the snapshot's own: the twin would meet it too
                     raise ChangeError(str(exc)) from None
                 _check_named(node, key, value, names, mig_cm)
+
+
+def _holds_layouts(name: str, policy_name: str | None) -> bool:
+    """Whether a MIG manager may read its layouts from ConfigMap `name`: the policy's, or,
+    when the policy names none, the chart's default or a node's generated set
+    (`doctor.facts.layouts_configmap`)."""
+    if policy_name:
+        return name == policy_name
+    return name == nvidia.MIG_PARTED_DEFAULT_CONFIGMAP or name.endswith(
+        nvidia.MIG_GENERATED_CONFIGMAP_SUFFIX
+    )
 
 
 def _config_name(spec: dict[str, Any], section: str) -> str | None:

@@ -67,11 +67,16 @@ def prepare(snapshot_file: Path, change: Change) -> TwinSpec:
     """The twin's spec from the snapshot file, with the change's nodes checked against it.
     What the snapshot cannot say (no GPU node among others) is refused here, naming the file,
     before anything starts."""
-    snapshot = load_snapshot(snapshot_file)
+    shown = "<stdin>" if str(snapshot_file) == STDIN else str(snapshot_file)
+    return prepare_snapshot(load_snapshot(snapshot_file), change, shown)
+
+
+def prepare_snapshot(snapshot: Snapshot, change: Change, shown: str) -> TwinSpec:
+    """`prepare` for a snapshot already loaded (`plan --from-snapshot --verify`); `shown`
+    names where it came from in errors."""
     try:
         spec = twin_spec(snapshot)
     except TwinSpecError as exc:
-        shown = "<stdin>" if str(snapshot_file) == STDIN else str(snapshot_file)
         raise TwinSpecError(f"{shown}: {exc}") from None
     check_nodes(change, [n.name for n in spec.nodes])
     check_namespaces(change, snapshot.operator_namespace)
@@ -81,7 +86,7 @@ def prepare(snapshot_file: Path, change: Change) -> TwinSpec:
     }
     check_change(change, policy.spec if policy is not None else None, maps)
     if change.policy_patch and not any(p.kind == "ClusterPolicy" for p in spec.policies):
-        raise ChangeError(f"{snapshot_file}: the change patches a ClusterPolicy; there is none")
+        raise ChangeError(f"{shown}: the change patches a ClusterPolicy; there is none")
     return spec
 
 

@@ -62,11 +62,26 @@ class PendingPod:
 
 
 @dataclass(frozen=True)
+class PodOutcome:
+    """A pod that was Pending in the snapshot, and what became of it on the twin."""
+
+    pod: str
+    phase: str  # after the change ("" when the twin has no such pod)
+    node: str  # where the twin's scheduler placed it ("" if nowhere)
+    reason: str = ""  # why it is still Pending, the scheduler's words
+
+    @property
+    def ran(self) -> bool:
+        return self.phase == "Running"
+
+
+@dataclass(frozen=True)
 class TwinState:
     nodes: tuple[NodeState, ...]
     pending: tuple[PendingPod, ...] = ()
     settled: bool = True
     unsettled: tuple[str, ...] = ()  # what was still moving when the wait ended
+    pods: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (phase, node)
 
     def node(self, name: str) -> NodeState | None:
         return next((n for n in self.nodes if n.name == name), None)
@@ -108,6 +123,13 @@ class Report:
     settled: bool
     unsettled: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    # the pods Pending in the snapshot (recreated unbound on the twin), after the change
+    was_pending: tuple[PodOutcome, ...] = ()
+
+    @property
+    def still_pending(self) -> tuple[PodOutcome, ...]:
+        """Of the pods Pending in the snapshot, those that do not run after the change."""
+        return tuple(p for p in self.was_pending if not p.ran)
 
     @property
     def exit_code(self) -> int:
@@ -126,10 +148,12 @@ def build_report(
     findings_before: Iterable[Finding] = (),
     findings_after: Iterable[Finding] = (),
     notes: Iterable[str] = (),
+    was_pending: Iterable[str] = (),
 ) -> Report:
     """What the change did: per node the layout and resources before and after, the pods
     that keep a GPU from being repartitioned, the pods left Pending and the doctor's
-    findings on the result."""
+    findings on the result; for each pod in `was_pending` (Pending in the snapshot),
+    whether it runs after the change."""
     nodes = []
     blocked = []
     for a in after.nodes:
@@ -160,7 +184,14 @@ def build_report(
         settled=after.settled,
         unsettled=after.unsettled,
         notes=tuple(notes),
+        was_pending=tuple(_outcome(after, key) for key in sorted(was_pending)),
     )
+
+
+def _outcome(after: TwinState, key: str) -> PodOutcome:
+    phase, node = after.pods.get(key, ("", ""))
+    reason = next((p.reason for p in after.pending if p.pod == key), "")
+    return PodOutcome(key, phase, node, reason)
 
 
 def blocking_pods(node: NodeState) -> list[BlockedPod]:
@@ -242,6 +273,14 @@ def render(report: Report) -> RenderableType:
         for waiting in report.pending:
             pending.add_row(waiting.pod, waiting.reason or "-")
         parts.append(pending)
+    if report.was_pending:
+        outcome = Table(title="Pods Pending in the snapshot, after the change")
+        for column in ("pod", "on the twin", "node"):
+            outcome.add_column(column)
+        for o in report.was_pending:
+            shown = "[green]Running[/]" if o.ran else f"[red]{o.phase or 'absent'}[/]"
+            outcome.add_row(o.pod, shown, o.node or "-")
+        parts.append(outcome)
     if report.findings:
         findings = Table(title="Doctor on the result")
         for column in ("severity", "check", "object", "summary", "new"):
@@ -291,6 +330,10 @@ def report_json(report: Report) -> dict[str, Any]:
             for p in report.blocked
         ],
         "pending": [{"pod": p.pod, "reason": p.reason} for p in report.pending],
+        "was_pending": [
+            {"pod": o.pod, "ran": o.ran, "phase": o.phase, "node": o.node, "reason": o.reason}
+            for o in report.was_pending
+        ],
         "findings": [f.as_json() for f in report.findings],
         "new_findings": [f.as_json() for f in report.new_findings],
         "exit_code": report.exit_code,

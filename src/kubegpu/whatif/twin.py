@@ -305,10 +305,13 @@ class Twin:
         snapshot = await capture(self.client, namespace=NAMESPACE, source="what-if twin")
         uids = {}
         pending = []
+        pods: dict[str, tuple[str, str]] = {}
         async for pod in self.client.list(Pod, namespace="*"):
             meta = pod.metadata
             key = f"{meta.namespace}/{meta.name}"
             uids[meta.uid] = key
+            phase = (pod.status.phase if pod.status else None) or ""
+            pods[key] = (phase, (pod.spec.nodeName if pod.spec else None) or "")
         for p in snapshot.workload_pods:
             if p.phase == "Pending":
                 pending.append(PendingPod(p.key, await self._pending_reason(p.namespace, p.name)))
@@ -337,7 +340,7 @@ class Twin:
                     changing=_changing(node, mig_config, snapshot),
                 )
             )
-        state = TwinState(tuple(nodes), tuple(pending), not unsettled, unsettled)
+        state = TwinState(tuple(nodes), tuple(pending), not unsettled, unsettled, pods)
         return state, snapshot
 
     async def _pending_reason(self, namespace: str, name: str) -> str:
@@ -442,4 +445,5 @@ async def what_if(
         findings_before=run_checks(before_snapshot),
         findings_after=run_checks(after_snapshot),
         notes=(*spec.skipped, *change.notes),
+        was_pending=[p.key for p in spec.pods if not p.node],
     )
