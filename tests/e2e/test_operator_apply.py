@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
@@ -161,7 +161,7 @@ async def test_the_running_operator_refuses_a_half_valid_patch_whole(
             },
             patch_type=PatchType.MERGE,
         )
-        ready = await eventually(lambda: condition(api, name, 2))
+        ready = cast(dict[str, Any], await eventually(lambda: condition(api, name, 2)))
         assert ready["reason"] == st.RECONCILE_FAILED
         assert "field dcgmExporter.resources.limits.cpu, value 'lots'" in ready["message"]
         after = await live_objects(api, operator_ns)
@@ -184,7 +184,7 @@ async def test_a_reserved_label_is_refused_and_the_daemonsets_stay_the_operators
             {"spec": {"daemonsets": {"labels": {MANAGED_BY_LABEL: "other"}}}},
             patch_type=PatchType.MERGE,
         )
-        ready = await eventually(lambda: condition(api, name, 2))
+        ready = cast(dict[str, Any], await eventually(lambda: condition(api, name, 2)))
         assert ready["reason"] == st.RECONCILE_FAILED
         assert f"field daemonsets.labels, key '{MANAGED_BY_LABEL}': reserved" in ready["message"]
         plugin = await api.get(DaemonSet, PLUGIN_DS, namespace=operator_ns)

@@ -9,7 +9,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient, KubeConfig
@@ -21,6 +21,7 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRole
 from lightkube.types import PatchType
 
 from integration.helpers import eventually
+from kube_objects import meta
 from kubegpu.kube.crds import crd_manifests
 from kubegpu.kube.informer import Informer
 from kubegpu.kube.policy import ClusterPolicyResource
@@ -43,7 +44,9 @@ async def api(control_plane: ControlPlane) -> AsyncIterator[AsyncClient]:
         KubeConfig.from_file(control_plane.kubeconfig_path), field_manager="kg-test"
     )
     for crd in crd_manifests():
-        await client.apply(CustomResourceDefinition.from_dict(crd), force=True)
+        await client.apply(
+            cast(CustomResourceDefinition, CustomResourceDefinition.from_dict(crd)), force=True
+        )
 
     async def served() -> bool:
         [p async for p in client.list(ClusterPolicyResource)]  # 404 until the CRD is served
@@ -115,11 +118,11 @@ async def test_an_informer_caches_a_kind_and_stays_in_contact(
     task = asyncio.create_task(informer.run())
     try:
         await asyncio.wait_for(informer.synced.wait(), 10)
-        await api.create(
+        await api.create(  # type: ignore[call-overload]
             ConfigMap(metadata=ObjectMeta(name="a", labels={"kg": "watched"})),
             namespace=operator_ns,
         )
-        await api.create(
+        await api.create(  # type: ignore[call-overload]
             ConfigMap(metadata=ObjectMeta(name="b")), namespace=operator_ns
         )  # not selected
         await eventually(lambda: _has(informer, operator_ns, "a"))
@@ -194,9 +197,7 @@ async def test_a_policy_without_gpu_nodes_is_ready_and_a_restart_writes_nothing(
             ready = {c["type"]: c for c in (await status_of(api, name))["conditions"]}["Ready"]
             # the control plane's nodes carry no NFD label here
             assert ready["reason"] in {"NFDLabelsMissing", "NoGPUNodes"}
-            accounts = [
-                s.metadata.name async for s in api.list(ServiceAccount, namespace=operator_ns)
-            ]
+            accounts = [meta(s).name async for s in api.list(ServiceAccount, namespace=operator_ns)]
             assert "nvidia-device-plugin" in accounts
             assert op.api.counts["apply"] > 0
         async with running(control_plane, operator_ns) as again:
@@ -217,7 +218,7 @@ async def test_disabling_a_component_removes_its_objects(
     async with policy(api, POLICY) as name, running(control_plane, operator_ns):
 
         async def has_mig_manager() -> bool:
-            cms = [c.metadata.name async for c in api.list(ConfigMap, namespace=operator_ns)]
+            cms = [meta(c).name async for c in api.list(ConfigMap, namespace=operator_ns)]
             return "default-mig-parted-config" in cms
 
         await eventually(has_mig_manager)
@@ -230,7 +231,7 @@ async def test_disabling_a_component_removes_its_objects(
         )
 
         async def removed() -> bool:
-            cms = [c.metadata.name async for c in api.list(ConfigMap, namespace=operator_ns)]
+            cms = [meta(c).name async for c in api.list(ConfigMap, namespace=operator_ns)]
             try:
                 await api.get(ClusterRole, "nvidia-mig-manager")
             except ApiError as exc:

@@ -8,13 +8,15 @@ The tests share one installation and run in file order.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import PodSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 
+from kube_objects import meta, status_of
 from kubegpu.kube.policy import ClusterPolicyResource, GPUClusterResource
 
 from .stack import CPU_NODE, MIG_NODE, NAMESPACE, PLAIN_NODE, POLICY, E2EStack, wait_for
@@ -46,7 +48,9 @@ async def test_helm_install_brings_the_stack_up_on_the_gpu_nodes_only(gpu_stack:
         "nvidia-mig-manager",
     }
     pods = await gpu_stack.operand_pods()
-    placement = Counter((p.metadata.labels["app"], p.spec.nodeName) for p in pods)
+    placement = Counter(
+        (cast(dict[str, str], meta(p).labels)["app"], cast(PodSpec, p.spec).nodeName) for p in pods
+    )
     for app in (
         "nvidia-driver-daemonset",
         "nvidia-container-toolkit-daemonset",
@@ -58,15 +62,15 @@ async def test_helm_install_brings_the_stack_up_on_the_gpu_nodes_only(gpu_stack:
         assert {n for (a, n) in placement if a == app} == GPU_NODES, app
     # MIG manager only where MIG is possible; no operand at all on the CPU node
     assert {n for (a, n) in placement if a == "nvidia-mig-manager"} == {MIG_NODE}
-    assert all(p.spec.nodeName != CPU_NODE for p in pods)
-    assert all(p.status.phase == "Running" for p in pods)
+    assert all(cast(PodSpec, p.spec).nodeName != CPU_NODE for p in pods)
+    assert all(status_of(p).phase == "Running" for p in pods)
 
-    labels = (await gpu_stack.node(MIG_NODE)).metadata.labels
+    labels = cast(dict[str, str], meta(await gpu_stack.node(MIG_NODE)).labels)
     assert labels["nvidia.com/gpu.present"] == "true"
     assert labels["nvidia.com/gpu.deploy.mig-manager"] == "true"
     assert labels["nvidia.com/mig.config"] == "all-disabled"
     assert labels["nvidia.com/mig.capable"] == "true"  # written by feature discovery
-    cpu_labels = (await gpu_stack.node(CPU_NODE)).metadata.labels
+    cpu_labels = cast(dict[str, str], meta(await gpu_stack.node(CPU_NODE)).labels)
     assert not [k for k in cpu_labels if k.startswith("nvidia.com/")]
     # the validator wrote its ready files on each GPU node, the plugin advertises GPUs
     for name in GPU_NODES:
@@ -83,7 +87,7 @@ async def test_relabelling_for_mig_then_switching_strategy_re_advertises(
     await gpu_stack.label(MIG_NODE, {"nvidia.com/mig.config": "all-1g.10gb"})
 
     async def sliced() -> bool:
-        labels = (await gpu_stack.node(MIG_NODE)).metadata.labels
+        labels = cast(dict[str, str], meta(await gpu_stack.node(MIG_NODE)).labels)
         return (
             labels.get("nvidia.com/mig.config.state") == "success"
             and (await gpu_stack.allocatable(MIG_NODE)).get("nvidia.com/gpu") == "7"
@@ -152,8 +156,12 @@ async def test_a_node_labelled_operands_false_loses_its_operands(gpu_stack: E2ES
     await gpu_stack.label(PLAIN_NODE, {"nvidia.com/gpu.deploy.operands": "false"})
 
     async def emptied() -> bool:
-        labels = (await gpu_stack.node(PLAIN_NODE)).metadata.labels
-        pods = [p for p in await gpu_stack.operand_pods() if p.spec.nodeName == PLAIN_NODE]
+        labels = cast(dict[str, str], meta(await gpu_stack.node(PLAIN_NODE)).labels)
+        pods = [
+            p
+            for p in await gpu_stack.operand_pods()
+            if cast(PodSpec, p.spec).nodeName == PLAIN_NODE
+        ]
         return not pods and not [
             k
             for k in labels
@@ -161,14 +169,21 @@ async def test_a_node_labelled_operands_false_loses_its_operands(gpu_stack: E2ES
         ]
 
     await wait_for(emptied, timeout=120, what="no operand left on the node")
-    assert any(p.spec.nodeName == MIG_NODE for p in await gpu_stack.operand_pods())
+    assert any(cast(PodSpec, p.spec).nodeName == MIG_NODE for p in await gpu_stack.operand_pods())
 
     # taking the label away brings them back
     await gpu_stack.label(PLAIN_NODE, {"nvidia.com/gpu.deploy.operands": None})
 
     async def back() -> bool:
-        pods = [p for p in await gpu_stack.operand_pods() if p.spec.nodeName == PLAIN_NODE]
-        return any(p.metadata.labels["app"] == "nvidia-device-plugin-daemonset" for p in pods)
+        pods = [
+            p
+            for p in await gpu_stack.operand_pods()
+            if cast(PodSpec, p.spec).nodeName == PLAIN_NODE
+        ]
+        return any(
+            cast(dict[str, str], meta(p).labels)["app"] == "nvidia-device-plugin-daemonset"
+            for p in pods
+        )
 
     await wait_for(back, timeout=120, what="operands back on the node")
     await wait_for(lambda: ready(gpu_stack), timeout=240, what="ready again")
@@ -252,11 +267,13 @@ async def test_the_operator_restarted_mid_reconcile_converges_without_duplicates
 ) -> None:
     (old,) = await gpu_stack.pods(**{"app.kubernetes.io/name": "kubegpu-operator"})
     await gpu_stack.patch_policy({"gfd": {"env": [{"name": "GFD_SLEEP_INTERVAL", "value": "30s"}]}})
-    await gpu_stack.client.delete(type(old), old.metadata.name, namespace=NAMESPACE, grace_period=0)
+    await gpu_stack.client.delete(
+        type(old), cast(str, meta(old).name), namespace=NAMESPACE, grace_period=0
+    )
 
     async def replaced() -> bool:
         pods = await gpu_stack.pods(**{"app.kubernetes.io/name": "kubegpu-operator"})
-        return any(p.metadata.uid != old.metadata.uid and p.status.phase == "Running" for p in pods)
+        return any(meta(p).uid != meta(old).uid and status_of(p).phase == "Running" for p in pods)
 
     await wait_for(replaced, timeout=120, what="a new operator pod")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
@@ -36,8 +36,9 @@ SHELL = "nvidia-smi -L; trap 'exit 0' TERM; sleep 9999 & wait"
 async def strict_node(
     sim_nodes: SimNodes, akube: AsyncClient, runtime: RuntimeOptions
 ) -> AsyncIterator[SimNode]:
-    rc = RuntimeClass.from_dict(  # type: ignore[attr-defined]
-        {"metadata": {"name": RUNTIME_CLASS}, "handler": "nvidia"}
+    rc = cast(
+        RuntimeClass,
+        RuntimeClass.from_dict({"metadata": {"name": RUNTIME_CLASS}, "handler": "nvidia"}),
     )
     with contextlib.suppress(ApiError):
         await akube.create(rc)
@@ -79,7 +80,7 @@ def shell_pod(name: str, env: dict[str, str], runtime_class: str | None = RUNTIM
     }
     if runtime_class:
         spec["runtimeClassName"] = runtime_class
-    return Pod.from_dict({"metadata": {"name": name}, "spec": spec})  # type: ignore[attr-defined,no-any-return]
+    return cast(Pod, Pod.from_dict({"metadata": {"name": name}, "spec": spec}))
 
 
 def toolkit_pod() -> Pod:
@@ -101,25 +102,30 @@ def toolkit_pod() -> Pod:
         "toolkit-install-dir": ("/usr/local/nvidia", "/usr/local/nvidia"),
         "host-root": ("/", "/host"),
     }
-    return Pod.from_dict(  # type: ignore[attr-defined,no-any-return]
-        {
-            "metadata": {"name": "toolkit"},
-            "spec": {
-                "nodeSelector": {"pool": "strict"},
-                "terminationGracePeriodSeconds": 1,
-                "containers": [
-                    {
-                        "name": "nvidia-container-toolkit-ctr",
-                        "image": TOOLKIT_IMAGE,
-                        "env": [{"name": k, "value": v} for k, v in env.items()],
-                        "volumeMounts": [
-                            {"name": n, "mountPath": m} for n, (_, m) in volumes.items()
-                        ],
-                    }
-                ],
-                "volumes": [{"name": n, "hostPath": {"path": p}} for n, (p, _) in volumes.items()],
-            },
-        }
+    return cast(
+        Pod,
+        Pod.from_dict(
+            {
+                "metadata": {"name": "toolkit"},
+                "spec": {
+                    "nodeSelector": {"pool": "strict"},
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {
+                            "name": "nvidia-container-toolkit-ctr",
+                            "image": TOOLKIT_IMAGE,
+                            "env": [{"name": k, "value": v} for k, v in env.items()],
+                            "volumeMounts": [
+                                {"name": n, "mountPath": m} for n, (_, m) in volumes.items()
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": n, "hostPath": {"path": p}} for n, (p, _) in volumes.items()
+                    ],
+                },
+            }
+        ),
     )
 
 
@@ -137,8 +143,7 @@ async def logged(akube: AsyncClient, namespace: str, name: str, text: str) -> st
         out = await logs(akube, namespace, name)
         return out if text in out else None
 
-    result: str = await eventually(has, timeout=60)
-    return result
+    return cast(str, await eventually(has, timeout=60))
 
 
 async def test_the_nvidia_handler_exists_only_once_the_toolkit_configured_it(
@@ -150,7 +155,7 @@ async def test_the_nvidia_handler_exists_only_once_the_toolkit_configured_it(
     assert info.containerRuntimeVersion == "containerd://2.0.5"
     assert node.nvml is not None
     first, second = (d.uuid for d in node.nvml.devices())
-    gpu = await akube.create(
+    gpu = await akube.create(  # type: ignore[call-overload]
         shell_pod("gpu", {"NVIDIA_VISIBLE_DEVICES": second}), namespace=namespace
     )
     assert gpu.metadata is not None and gpu.metadata.uid is not None
@@ -182,7 +187,7 @@ async def test_the_nvidia_handler_exists_only_once_the_toolkit_configured_it(
 
     await eventually(event)
 
-    await akube.create(toolkit_pod(), namespace=namespace)
+    await akube.create(toolkit_pod(), namespace=namespace)  # type: ignore[call-overload]
     await eventually(lambda: running(akube, namespace, "toolkit"), timeout=60)
     assert "nvidia" in node.runtime.loaded.names
     assert (node.root / "usr/local/nvidia/toolkit/nvidia-container-runtime").is_file()
@@ -192,8 +197,8 @@ async def test_the_nvidia_handler_exists_only_once_the_toolkit_configured_it(
     assert second in out and first not in out
     await eventually(lambda: running(akube, namespace, "gpu"), timeout=30)
 
-    await akube.create(shell_pod("void", {"NVIDIA_VISIBLE_DEVICES": "void"}), namespace=namespace)
-    await akube.create(shell_pod("plain", {}, runtime_class=None), namespace=namespace)
+    await akube.create(shell_pod("void", {"NVIDIA_VISIBLE_DEVICES": "void"}), namespace=namespace)  # type: ignore[call-overload]
+    await akube.create(shell_pod("plain", {}, runtime_class=None), namespace=namespace)  # type: ignore[call-overload]
     for name in ("void", "plain"):
         out = await logged(akube, namespace, name, "nvidia-smi")
         assert "command not found" in out and "UUID" not in out
@@ -215,7 +220,7 @@ async def test_a_toolkit_pod_without_the_runtime_env_configures_nothing(
     pod = toolkit_pod().to_dict()
     pod["spec"]["containers"][0]["env"] = []  # RUNTIME unset: the installer's docker default
     pod["spec"]["restartPolicy"] = "Never"
-    await akube.create(Pod.from_dict(pod), namespace=namespace)  # type: ignore[attr-defined]
+    await akube.create(Pod.from_dict(pod), namespace=namespace)  # type: ignore[call-overload]
     out = await logged(akube, namespace, "toolkit", "error running nvidia-ctk-installer")
     assert "unable to restart docker" in out
     assert "nvidia" not in node.runtime.loaded.names
@@ -227,7 +232,7 @@ async def test_on_cri_o_the_handler_comes_from_a_drop_in_and_a_host_root_restart
     n = await akube.get(Node, NODE)
     assert n.status is not None and n.status.nodeInfo is not None
     assert n.status.nodeInfo.containerRuntimeVersion == "cri-o://1.31.3"
-    await akube.create(shell_pod("gpu", {"NVIDIA_VISIBLE_DEVICES": "all"}), namespace=namespace)
+    await akube.create(shell_pod("gpu", {"NVIDIA_VISIBLE_DEVICES": "all"}), namespace=namespace)  # type: ignore[call-overload]
 
     async def refused() -> str | None:
         p = await akube.get(Pod, "gpu", namespace=namespace)
@@ -236,7 +241,7 @@ async def test_on_cri_o_the_handler_comes_from_a_drop_in_and_a_host_root_restart
                 return status.state.waiting.message
         return None
 
-    message = await eventually(refused, timeout=60)
+    message = cast(str, await eventually(refused, timeout=60))
     assert message.startswith("failed to find runtime handler nvidia from runtime list map[crun:")
 
     pod = toolkit_pod().to_dict()
@@ -254,7 +259,7 @@ async def test_on_cri_o_the_handler_comes_from_a_drop_in_and_a_host_root_restart
     }
     ctr["volumeMounts"] = [{"name": k, "mountPath": m} for k, (_, m) in volumes.items()]
     pod["spec"]["volumes"] = [{"name": k, "hostPath": {"path": p}} for k, (p, _) in volumes.items()]
-    await akube.create(Pod.from_dict(pod), namespace=namespace)  # type: ignore[attr-defined]
+    await akube.create(Pod.from_dict(pod), namespace=namespace)  # type: ignore[call-overload]
     await eventually(lambda: running(akube, namespace, "toolkit"), timeout=60)
     assert (crio_node.root / "etc/crio/crio.conf.d/99-nvidia.conf").is_file()
     assert crio_node.nvml is not None
