@@ -7,11 +7,17 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import (
+    ContainerState,
+    ContainerStateTerminated,
+    ContainerStatus,
+    PodSpec,
+)
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
 from lightkube.resources.apps_v1 import DaemonSet
@@ -245,7 +251,7 @@ async def test_mixed_mig_node_advertises_its_slices_and_pods_get_distinct_ones(
     assert len(set(seen)) == 3 and set(seen) <= migs  # one distinct MIG device each
     for i in range(3):
         pod = await akube.get(Pod, f"slice-{i}", namespace=namespace)
-        assert pod.spec.nodeName == "dp-mig"  # placed by the real scheduler
+        assert cast(PodSpec, pod.spec).nodeName == "dp-mig"  # placed by the real scheduler
     # no GPU requested: the plugin is not asked, the container's env names no device
     no_gpu = (out / "no-gpu").read_text()
     assert no_gpu == ""
@@ -281,7 +287,10 @@ async def test_time_slicing_health_kubelet_restart_and_relabel_on_an_l4_node(
     # an XID takes the GPU's 4 replicas out of allocatable; 2 quiet seconds bring them back
     node.inject_xid(2, 48)
     await until_allocatable(akube, "dp-ts", "nvidia.com/gpu", "12", timeout=30)
-    assert status_of(await akube.get(Node, "dp-ts")).capacity["nvidia.com/gpu"] == "16"
+    assert (
+        cast(dict[str, str], status_of(await akube.get(Node, "dp-ts")).capacity)["nvidia.com/gpu"]
+        == "16"
+    )
     await until_allocatable(akube, "dp-ts", "nvidia.com/gpu", "16", timeout=30)
     assert any("XID 48" in m for m in await node_events(akube, "dp-ts", "GpuUnhealthy"))
 
@@ -293,10 +302,12 @@ async def test_time_slicing_health_kubelet_restart_and_relabel_on_an_l4_node(
 
     async def placed() -> list[str]:
         pods = [
-            p async for p in akube.list(Pod, namespace=namespace) if meta(p).name.startswith("ts-")
+            p
+            async for p in akube.list(Pod, namespace=namespace)
+            if cast(str, meta(p).name).startswith("ts-")
         ]
         running = [p for p in pods if status_of(p).phase == "Running"]
-        pending = [meta(p).name for p in pods if status_of(p).phase == "Pending"]
+        pending = [cast(str, meta(p).name) for p in pods if status_of(p).phase == "Pending"]
         assert len(running) == 16 and len(pending) == 1, (len(running), pending)
         return pending
 
@@ -315,11 +326,13 @@ async def test_time_slicing_health_kubelet_restart_and_relabel_on_an_l4_node(
         p
         async for p in akube.list(Pod, namespace=namespace, labels={"app": "nvidia-device-plugin"})
     ]
-    restarts = status_of(plugin_pod).containerStatuses[0].restartCount
+    restarts = cast(list[ContainerStatus], status_of(plugin_pod).containerStatuses)[0].restartCount
     await relabel(akube, "dp-ts", "plain")
     await until_allocatable(akube, "dp-ts", "nvidia.com/gpu", "4", timeout=30)
-    again = await akube.get(Pod, meta(plugin_pod).name, namespace=namespace)
-    assert status_of(again).containerStatuses[0].restartCount == restarts, plugin_logs(node)
+    again = await akube.get(Pod, cast(str, meta(plugin_pod).name), namespace=namespace)
+    assert (
+        cast(list[ContainerStatus], status_of(again).containerStatuses)[0].restartCount == restarts
+    ), plugin_logs(node)
     applied = await node_events(akube, "dp-ts", "DevicePluginConfigApplied")
     assert any("config 'plain'" in m and "nvidia.com/gpu: 4" in m for m in applied)
 
@@ -397,9 +410,15 @@ async def test_a_pod_without_a_gpu_request_sees_no_gpu_in_every_device_list_stra
             codes = {}
             for kind in ("gpu", "none"):
                 pod = await akube.get(Pod, f"smi-{kind}-{strategy}", namespace=namespace)
-                state = (status_of(pod).containerStatuses or [None])[0]
-                assert state is not None and state.state.terminated is not None
-                codes[kind] = state.state.terminated.exitCode
+                state = cast(
+                    list[ContainerStatus | None], status_of(pod).containerStatuses or [None]
+                )[0]
+                assert (
+                    state is not None and cast(ContainerState, state.state).terminated is not None
+                )
+                codes[kind] = cast(
+                    ContainerStateTerminated, cast(ContainerState, state.state).terminated
+                ).exitCode
             return codes
 
         codes = await eventually(finished, timeout=60)
@@ -436,7 +455,7 @@ async def test_a_pod_without_a_gpu_request_sees_no_gpu_in_every_device_list_stra
             left = [
                 meta(p).name
                 async for p in akube.list(Pod, namespace=namespace)
-                if meta(p).name.endswith(strategy)
+                if cast(str, meta(p).name).endswith(strategy)
             ]
             assert not left, left
             return True

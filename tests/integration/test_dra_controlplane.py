@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
@@ -178,7 +178,7 @@ async def test_the_scheduler_allocates_claims_against_slices_with_shared_counter
             claim = await _pod_claim(akube, "half-a", namespace)
             return claim if claim.get("status", {}).get("allocation") else None
 
-        claim = await eventually(allocated_half, timeout=60)
+        claim = cast(dict[str, Any], await eventually(allocated_half, timeout=60))
         (result,) = claim["status"]["allocation"]["devices"]["results"]
         assert (result["driver"], result["pool"], result["request"]) == (driver, node, "dev")
         assert result["device"].startswith("half-")
@@ -214,6 +214,6 @@ async def test_the_scheduler_allocates_claims_against_slices_with_shared_counter
                 await akube.delete(Pod, name, namespace=namespace, grace_period=0)
         async for s in akube.list(ResourceSlice, fields={"spec.driver": driver}):
             with contextlib.suppress(ApiError):
-                await akube.delete(ResourceSlice, meta(s).name)
+                await akube.delete(ResourceSlice, cast(str, meta(s).name))
         with contextlib.suppress(ApiError):
             await akube.delete(DeviceClass, driver)

@@ -104,7 +104,11 @@ async def test_an_example_claim_is_allocated_and_its_pod_sees_exactly_its_device
 
     for doc in pods:
         name = doc["metadata"]["name"]
-        pod = await eventually(lambda n=name: _started(akube, n, namespace), 90)
+
+        async def started(n: str = name) -> Any:
+            return await _started(akube, n, namespace)
+
+        pod = await eventually(started, 90)
         assert pod.spec.nodeName == NODE
         given: set[str] = set()
         for status in pod.status.resourceClaimStatuses:
@@ -121,9 +125,12 @@ async def test_an_example_claim_is_allocated_and_its_pod_sees_exactly_its_device
             return _logged_uuids(gpu_node, namespace, n, container)
 
         for container in doc["spec"]["containers"]:
-            seen = await eventually(
-                lambda c=container["name"]: logged(c), timeout=90
-            )  # a real shell runs nvidia-smi: slow under load
+
+            async def logged_by(c: str = container["name"]) -> set[str]:
+                return await logged(c)
+
+            # a real shell runs nvidia-smi: slow under load, so as long as the pod's start
+            seen = await eventually(logged_by, timeout=90)
             assert seen == uuids | parents, (example, container["name"], given)
         pod = await akube.get(Pod, name, namespace=namespace)
         assert pod.status.phase in {"Running", "Succeeded"}, pod.status.containerStatuses

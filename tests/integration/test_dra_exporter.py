@@ -9,6 +9,7 @@ import asyncio
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from lightkube import AsyncClient
@@ -72,8 +73,7 @@ def exporter_config(cluster: DraCluster, enable_dra: bool) -> ExporterConfig:
 async def _claim_of(akube: AsyncClient, pod: str, namespace: str) -> str:
     got = await akube.get(Pod, pod, namespace=namespace)
     (status,) = status_of(got).resourceClaimStatuses or []
-    name: str = status.resourceClaimName
-    return name
+    return cast(str, status.resourceClaimName)
 
 
 async def test_claim_pods_carry_their_claims_dra_labels_on_their_devices_series(

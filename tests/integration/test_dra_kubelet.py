@@ -9,12 +9,13 @@ import contextlib
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import ContainerState
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import (
     DeviceClass,
@@ -78,7 +79,7 @@ async def driver(akube: AsyncClient, namespace: str) -> AsyncIterator[str]:
     yield name
     async for s in akube.list(ResourceSlice, fields={"spec.driver": name}):
         with contextlib.suppress(ApiError):
-            await akube.delete(ResourceSlice, meta(s).name)
+            await akube.delete(ResourceSlice, cast(str, meta(s).name))
     with contextlib.suppress(ApiError):
         await akube.delete(DeviceClass, name)
 
@@ -261,7 +262,7 @@ async def test_a_failed_prepare_keeps_the_pod_waiting_and_is_retried(
     async def waiting() -> Any:
         pod = await akube.get(Pod, "waits", namespace=namespace)
         statuses = status_of(pod).containerStatuses or []
-        return pod if statuses and statuses[0].state.waiting else None
+        return pod if statuses and cast(ContainerState, statuses[0].state).waiting else None
 
     pod = await eventually(waiting)
     assert pod.status.phase == "Pending"
@@ -316,7 +317,11 @@ async def test_a_claim_shared_by_two_pods_is_prepared_once_and_unprepared_after_
         pod["spec"]["containers"].append(sidecar)
         await akube.create(Pod.from_dict(pod), namespace=namespace)  # type: ignore[call-overload]
     for name in ("first", "second"):
-        await eventually(lambda n=name: _running(akube, n, namespace), timeout=60)
+
+        async def running(n: str = name) -> Any:
+            return await _running(akube, n, namespace)
+
+        await eventually(running, timeout=60)
     assert plugin.prepare_calls == [["shared"]]
     ((claim_uid, (device,)),) = plugin.prepared.items()
     devices = {_environ(pid)[ENV] for pid in node.pids()}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
@@ -117,7 +117,7 @@ async def test_the_plugin_prepares_whichever_subrequest_the_scheduler_picked(
         p = await eventually(running, timeout=120)
         (status,) = p.status.resourceClaimStatuses
         claim = await akube.get(ResourceClaim, status.resourceClaimName, namespace=namespace)
-        (result,) = claim.status.allocation.devices.results
+        (result,) = cast(Any, claim.status).allocation.devices.results
         env = cluster.nodes[NODE].dra.container_env(p.metadata.uid, "main")
         got[name] = (result.request, profile_of[env[nvidia.NVIDIA_VISIBLE_DEVICES]])
     assert got == {"first": ("mig/small", "1g.18gb"), "second": ("mig/large", "3g.71gb")}

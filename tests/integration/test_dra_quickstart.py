@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -84,7 +84,7 @@ async def run(akube: AsyncClient, cluster: DraCluster, namespace: str, spec: str
         got = [await akube.get(Pod, p, namespace=namespace) for p in pods]
         return got if all(status_of(p).phase == "Running" for p in got) else None
 
-    running = await eventually(all_running, timeout=120)
+    running = cast(list[Any], await eventually(all_running, timeout=120))
     seen: Seen = {}
     for pod in running:
         node = cluster.nodes[pod.spec.nodeName]  # placed by the scheduler on a DRA node
@@ -97,7 +97,9 @@ async def delete_and_check_unprepared(
     akube: AsyncClient, cluster: DraCluster, namespace: str, spec: str
 ) -> None:
     for d in reversed(load(spec)):
-        await akube.delete(type(from_dict(d)), d["metadata"]["name"], namespace=namespace)
+        await akube.delete(
+            cast(Any, type(from_dict(d))), d["metadata"]["name"], namespace=namespace
+        )
 
     async def unprepared() -> bool:
         for node in cluster.nodes.values():

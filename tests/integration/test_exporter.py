@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
@@ -89,7 +89,9 @@ async def test_pods_are_named_on_their_devices_series_and_their_devices_are_busy
 
         async def advertised() -> bool:
             n = await akube.get(Node, NODE)
-            return status_of(n).allocatable.get("nvidia.com/gpu.shared") == "4"
+            return (
+                cast(dict[str, str], status_of(n).allocatable).get("nvidia.com/gpu.shared") == "4"
+            )
 
         await eventually(advertised)
         config = ExporterConfig(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
@@ -110,7 +110,7 @@ async def until(akube: AsyncClient, name: str, expected: dict[str, str | None]) 
         labels = await node_labels(akube, name)
         return labels if has(expected)(labels) else None
 
-    return await eventually(check, timeout=15, interval=0.1)
+    return cast(dict[str, str], await eventually(check, timeout=15, interval=0.1))
 
 
 async def test_the_gfd_labels_appear_and_other_labels_are_left_alone(

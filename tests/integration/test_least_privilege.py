@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -104,7 +104,7 @@ def installed(control_plane: ControlPlane) -> Iterator[Installed]:
     finally:
         for resource in created:
             with contextlib.suppress(ApiError):
-                client.delete(type(resource), meta(resource).name)
+                client.delete(cast(Any, type(resource)), cast(str, meta(resource).name))
         client.delete(Namespace, namespace)
         client.close()
 
@@ -263,5 +263,5 @@ def test_a_grown_role_is_caught(installed: Installed) -> None:
         assert ("", "configmaps", "get") in seen
         assert allowed(installed, account, "get", "", "configmaps", installed.namespace)
     finally:
-        installed.client.delete(type(binding), "kg-grown", namespace=installed.namespace)
-        installed.client.delete(type(role), "kg-grown", namespace=installed.namespace)
+        installed.client.delete(cast(Any, type(binding)), "kg-grown", namespace=installed.namespace)
+        installed.client.delete(cast(Any, type(role)), "kg-grown", namespace=installed.namespace)

@@ -14,7 +14,7 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -121,7 +121,7 @@ async def env(
 def _operand(node: str, operand: str) -> DaemonSet:
     """A DaemonSet that runs on `node` while nvidia.com/gpu.deploy.<operand>=true."""
     app = f"{operand}-{node}"
-    return DaemonSet.from_dict(
+    return DaemonSet.from_dict(  # type: ignore[return-value]
         {
             "metadata": {"name": app},
             "spec": {
@@ -183,7 +183,7 @@ async def settled(akube: AsyncClient, node: str, timeout: float = 30) -> str:
         state = labels.get(MIG_STATE_LABEL)
         return state if state in {"success", "failed"} else None
 
-    return await eventually(done, timeout=timeout, interval=0.1)
+    return cast(str, await eventually(done, timeout=timeout, interval=0.1))
 
 
 async def deploy_labels(akube: AsyncClient, node: str) -> dict[str, str]:
@@ -204,7 +204,7 @@ async def operand_pods(akube: AsyncClient, namespace: str, node: str) -> list[st
         async for p in akube.list(Pod, namespace=namespace, fields={"spec.nodeName": node})
         if p.status is not None and p.status.phase == "Running"
     ]
-    return sorted(pods)
+    return sorted(cast(list[str], pods))
 
 
 def layout(node: SimNode) -> list[Counter[str] | None]:
@@ -271,9 +271,9 @@ async def test_a_layout_is_applied_with_operands_paused_and_restored_exactly(
     assert sum(1 for d in spec["devices"] if ":" in d["name"]) == 56
     # without a configured file or ConfigMap, the layouts are generated and published
     cm = await akube.get(ConfigMap, "mm-apply-mig-config", namespace=e["namespace"])
-    assert meta(cm).labels["nvidia.com/node-name"] == "mm-apply"
-    assert "all-1g.18gb:" in cm.data["config.yaml"]
-    assert cm.data["config.yaml"].startswith("# DO NOT EDIT")
+    assert cast(dict[str, str], meta(cm).labels)["nvidia.com/node-name"] == "mm-apply"
+    assert "all-1g.18gb:" in cast(dict[str, str], cm.data)["config.yaml"]
+    assert cast(dict[str, str], cm.data)["config.yaml"].startswith("# DO NOT EDIT")
 
     # all-disabled gives 8 whole GPUs back
     await label(akube, node.name, "all-disabled")

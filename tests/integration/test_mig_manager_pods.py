@@ -12,11 +12,12 @@ import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import ContainerStatus
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
 from lightkube.resources.apps_v1 import DaemonSet
@@ -75,7 +76,7 @@ def daemonset(
     for i, (vol, path) in enumerate(extra_volumes or []):
         volumes.append({"name": f"x{i}", **vol})
         mounts.append({"name": f"x{i}", "mountPath": path})
-    return DaemonSet.from_dict(
+    return DaemonSet.from_dict(  # type: ignore[return-value]
         {
             "metadata": {"name": app},
             "spec": {
@@ -202,7 +203,7 @@ async def cluster(control_plane: Any, akube: AsyncClient, namespace: str) -> Asy
         async def drop() -> None:  # the node itself ends after the test (sim_nodes)
             for ds in daemonsets:
                 with contextlib.suppress(ApiError):
-                    await akube.delete(DaemonSet, meta(ds).name, namespace=namespace)
+                    await akube.delete(DaemonSet, cast(str, meta(ds).name), namespace=namespace)
 
         cleanups.append(drop)
         recorder = Recorder(akube, name)
@@ -248,7 +249,7 @@ async def settled(akube: AsyncClient, node: str, recorder: Recorder, n: int) -> 
             return recorder.states[-1]
         return None
 
-    return await eventually(check, timeout=WAIT_S, interval=0.2)
+    return cast(str, await eventually(check, timeout=WAIT_S, interval=0.2))
 
 
 async def set_config(akube: AsyncClient, node: str, value: str) -> None:
@@ -264,7 +265,7 @@ async def pod_uid(akube: AsyncClient, namespace: str, app: str, node: str) -> st
                 return str(meta(p).uid)
         return None
 
-    return await eventually(running, timeout=WAIT_S)
+    return cast(str, await eventually(running, timeout=WAIT_S))
 
 
 async def failures(akube: AsyncClient, node: str) -> list[str]:
@@ -345,7 +346,7 @@ async def test_mixed_strategy_repartitions_with_the_device_plugin_paused_and_bac
     mm = [
         p async for p in akube.list(Pod, namespace=namespace, labels={"app": "nvidia-mig-manager"})
     ]
-    assert status_of(mm[0]).containerStatuses[0].restartCount >= 1
+    assert cast(list[ContainerStatus], status_of(mm[0]).containerStatuses)[0].restartCount >= 1
 
 
 async def _state_is(rec: Recorder, state: str) -> bool:

@@ -10,11 +10,12 @@ import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import PodSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
 from lightkube.resources.apps_v1 import DaemonSet
@@ -65,7 +66,7 @@ async def node(control_plane: Any, akube: AsyncClient) -> AsyncIterator[SimNode]
 
 
 def component(name: str, command: list[str]) -> DaemonSet:
-    return DaemonSet.from_dict(
+    return DaemonSet.from_dict(  # type: ignore[return-value]
         {
             "metadata": {"name": name},
             "spec": {
@@ -160,7 +161,7 @@ def probe(name: str, resource: str) -> Pod:
         f"env | grep -E '^(CUDA_MPS_|NVIDIA_VISIBLE_DEVICES=)' | sort > /out/.{name}; "
         f"mv /out/.{name} /out/{name}; exec sleep 3600"
     )
-    return Pod.from_dict(
+    return Pod.from_dict(  # type: ignore[return-value]
         {
             "metadata": {"name": name},
             "spec": {
@@ -244,7 +245,7 @@ async def test_mps_inside_mig_instances_limits_and_fault_isolation(
         assert device["pinnedDeviceMemoryLimitMiB"] == mig.memory_mib // replicas
         assert device["activeThreadPercentage"] == 100 // replicas
         pod = await akube.get(Pod, name, namespace=namespace)
-        assert pod.spec.nodeName == NODE  # placed by the real scheduler
+        assert cast(PodSpec, pod.spec).nodeName == NODE  # placed by the real scheduler
 
     # each pod's CUDA process is a client of the daemon its env names, on the device it got:
     # the node connected them itself (its pipe directory on the node, through the mounts)

@@ -148,7 +148,11 @@ async def test_the_planned_claims_are_allocated_where_the_plan_put_them(
     shared_device: dict[str, tuple[str, str]] = {}
     taken: set[tuple[str, str]] = set()
     for name, (workload, g) in sorted(pods.items()):
-        pod = await eventually(lambda n=name: _running(akube, n, namespace), timeout=120)
+
+        async def running(n: str = name) -> Any:
+            return await _running(akube, n, namespace)
+
+        pod = await eventually(running, timeout=120)
         node = g["node"]
         assert pod.spec.nodeName == node, (name, pod.spec.nodeName)
         if "sharedClaim" in g:

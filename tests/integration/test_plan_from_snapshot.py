@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import cast
 
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
+from kube_objects import meta
 from kubegpu.catalog import nvidia
 from kubegpu.doctor.capture import capture
 from kubegpu.plan import make_plan
@@ -48,7 +50,9 @@ async def cluster(
     finally:
         with contextlib.suppress(ApiError):
             for p in [p async for p in akube.list(Pod, namespace=namespace)]:
-                await akube.delete(Pod, p.metadata.name, namespace=namespace, grace_period=0)  # type: ignore[union-attr]
+                await akube.delete(
+                    Pod, cast(str, meta(p).name), namespace=namespace, grace_period=0
+                )
         await c.close()
 
 

@@ -13,7 +13,7 @@ import re
 import shutil
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, cast
 
 import httpx2 as httpx
 import pytest
@@ -24,7 +24,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
-from kube_objects import status_of
+from kube_objects import meta, status_of
 from kubegpu.catalog import nvidia
 from kubegpu.cli.app import root_command
 from kubegpu.kube.crds import crd_manifests
@@ -145,7 +145,7 @@ async def not_ready_pods(client: AsyncClient) -> list[Any]:
 
 async def operand_daemonsets(client: AsyncClient) -> dict[str, dict[str, Any]]:
     return {
-        d.metadata.name: d.to_dict()  # type: ignore[union-attr]
+        cast(str, meta(d).name): d.to_dict()
         async for d in client.list(DaemonSet, namespace=NAMESPACE)
     }
 

@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
@@ -160,8 +160,7 @@ async def isolation_of(akube: AsyncClient, namespace: str, pod: str) -> list[dic
         text = (meta(p).annotations or {}).get(nvidia.ISOLATION_ANNOTATION)
         return json.loads(text)["main"] if text else None
 
-    got: list[dict[str, Any]] = await eventually(annotated, timeout=60)
-    return got
+    return cast(list[dict[str, Any]], await eventually(annotated, timeout=60))
 
 
 TIME_SLICED = """

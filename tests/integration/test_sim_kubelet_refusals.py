@@ -6,10 +6,12 @@ env names a missing ConfigMap key waits in CreateContainerConfigError."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
+from lightkube.models.apps_v1 import DaemonSetStatus
+from lightkube.models.core_v1 import ContainerState
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
@@ -55,20 +57,21 @@ def daemonset(name: str, image: str) -> Any:
     )
 
 
-async def waiting(akube: AsyncClient, namespace: str, selector: dict[str, str]) -> dict[str, Any]:
+async def waiting(akube: AsyncClient, namespace: str, selector: dict[str, Any]) -> dict[str, Any]:
     async def refused() -> dict[str, Any] | None:
         async for pod in akube.list(Pod, namespace=namespace, labels=selector):
             for status in status_of(pod).containerStatuses or []:
-                if status.state.waiting and status.state.waiting.reason != "ContainerCreating":
+                state = cast(ContainerState, status.state)
+                if state.waiting and state.waiting.reason != "ContainerCreating":
                     return {
-                        "reason": status.state.waiting.reason,
-                        "message": status.state.waiting.message,
+                        "reason": state.waiting.reason,
+                        "message": state.waiting.message,
                         "phase": status_of(pod).phase,
                         "ready": status.ready,
                     }
         return None
 
-    return await eventually(refused, timeout=60)
+    return cast(dict[str, Any], await eventually(refused, timeout=60))
 
 
 async def test_a_daemonset_whose_image_does_not_parse_is_never_ready(
@@ -88,8 +91,8 @@ async def test_a_daemonset_whose_image_does_not_parse_is_never_ready(
     assert seen["phase"] == "Pending"
     assert seen["ready"] is False
     bad = await akube.get(DaemonSet, "bad", namespace=namespace)
-    assert bad.status.desiredNumberScheduled == 1
-    assert not bad.status.numberReady
+    assert cast(DaemonSetStatus, bad.status).desiredNumberScheduled == 1
+    assert not cast(DaemonSetStatus, bad.status).numberReady
 
 
 async def test_an_env_key_a_configmap_lacks_is_create_container_config_error(

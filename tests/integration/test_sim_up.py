@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 from lightkube import Client, KubeConfig
@@ -80,8 +81,15 @@ def test_up_registers_nodes_and_a_killed_run_is_cleaned_by_down(tmp_path: Path) 
         client = Client(KubeConfig.from_file(kubeconfig))
         nodes = {meta(n).name: n for n in client.list(Node)}
         assert set(nodes) == {"up-gpu", "up-cpu"}
-        assert meta(nodes["up-gpu"]).labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
-        assert "feature.node.kubernetes.io/pci-10de.present" not in meta(nodes["up-cpu"]).labels
+        assert (
+            cast(dict[str, str], meta(nodes["up-gpu"]).labels)[
+                "feature.node.kubernetes.io/pci-10de.present"
+            ]
+            == "true"
+        )
+        assert "feature.node.kubernetes.io/pci-10de.present" not in cast(
+            dict[str, str], meta(nodes["up-cpu"]).labels
+        )
         assert "up-gpu" in text  # the status table
         client.close()
         control_plane_pids = [

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
+from lightkube.models.core_v1 import NodeAddress
 from lightkube.resources.core_v1 import Node, Pod
 
 from kube_objects import status_of
@@ -52,7 +53,7 @@ def workload(name: str, image: str, command: list[str] | None, gpus: int = 1) ->
         container["command"] = command
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
-    return Pod.from_dict(
+    return Pod.from_dict(  # type: ignore[return-value]
         {
             "metadata": {"name": name},
             "spec": {
@@ -69,8 +70,7 @@ async def finished(akube: AsyncClient, namespace: str, name: str) -> str:
         p = await akube.get(Pod, name, namespace=namespace)
         return p.status.phase if p.status and p.status.phase in {"Succeeded", "Failed"} else None
 
-    result: str = await eventually(phase, timeout=60)
-    return result
+    return cast(str, await eventually(phase, timeout=60))
 
 
 async def logs(akube: AsyncClient, namespace: str, name: str) -> str:
@@ -139,7 +139,11 @@ async def test_each_node_has_its_own_address_for_host_network_pods(
         assert nodes[0].address != nodes[1].address
         for i, node in enumerate(nodes):
             n = await akube.get(Node, node.name)
-            internal = [a.address for a in status_of(n).addresses if a.type == "InternalIP"]
+            internal = [
+                a.address
+                for a in cast(list[NodeAddress], status_of(n).addresses)
+                if a.type == "InternalIP"
+            ]
             assert internal == [node.address]
             await akube.create(  # type: ignore[call-overload]
                 Pod.from_dict(

@@ -6,13 +6,16 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.core_v1 import NodeCondition, PodSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
 from lightkube.resources.apps_v1 import DaemonSet
@@ -68,20 +71,25 @@ async def test_a_node_registers_and_is_ready(make_node: MakeNode, akube: AsyncCl
 
     async def ready() -> bool:
         node = await akube.get(Node, "sim-ready")
-        conditions = {c.type: c.status for c in status_of(node).conditions}
+        conditions = {
+            c.type: c.status for c in cast(list[NodeCondition], status_of(node).conditions)
+        }
         return conditions.get("Ready") == "True"
 
     await eventually(ready)
     node = await akube.get(Node, "sim-ready")
-    assert meta(node).labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
-    assert status_of(node).capacity["cpu"] == "32"
+    assert (
+        cast(dict[str, str], meta(node).labels)["feature.node.kubernetes.io/pci-10de.present"]
+        == "true"
+    )
+    assert cast(dict[str, str], status_of(node).capacity)["cpu"] == "32"
     lease = await eventually(lambda: akube.get(Lease, "sim-ready", namespace="kube-node-lease"))
-    assert lease.spec.holderIdentity == "sim-ready"
-    first = lease.spec.renewTime
+    assert cast(LeaseSpec, lease.spec).holderIdentity == "sim-ready"
+    first = cast(datetime, cast(LeaseSpec, lease.spec).renewTime)
 
     async def renewed() -> bool:
         again = await akube.get(Lease, "sim-ready", namespace="kube-node-lease")
-        return again.spec.renewTime > first
+        return cast(datetime, cast(LeaseSpec, again.spec).renewTime) > first
 
     await eventually(renewed, timeout=10)
     # the node's GPUs are shared with every process through the state file, faults included
@@ -109,8 +117,8 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
         async def advertised() -> bool:
             n = await akube.get(Node, "sim-devices")
             return (
-                status_of(n).allocatable.get("example.com/foo") == "3"
-                and status_of(n).allocatable.get("example.com/bar") == "1"
+                cast(dict[str, str], status_of(n).allocatable).get("example.com/foo") == "3"
+                and cast(dict[str, str], status_of(n).allocatable).get("example.com/bar") == "1"
             )
 
         await eventually(advertised)
@@ -163,8 +171,8 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
         async def shrunk() -> bool:
             n = await akube.get(Node, "sim-devices")
             return (
-                status_of(n).allocatable.get("example.com/foo") == "2"
-                and status_of(n).capacity.get("example.com/foo") == "3"
+                cast(dict[str, str], status_of(n).allocatable).get("example.com/foo") == "2"
+                and cast(dict[str, str], status_of(n).capacity).get("example.com/foo") == "3"
             )
 
         await eventually(shrunk)
@@ -172,7 +180,7 @@ async def test_device_plugin_resources_reach_allocatable_and_pods_get_devices(
 
         async def removed() -> bool:
             n = await akube.get(Node, "sim-devices")
-            return "example.com/bar" not in status_of(n).capacity
+            return "example.com/bar" not in cast(dict[str, str], status_of(n).capacity)
 
         await eventually(removed)
     finally:
@@ -283,7 +291,7 @@ async def _pods_on(akube: AsyncClient, namespace: str, node: str | None) -> list
     return [
         p
         async for p in akube.list(Pod, namespace=namespace)
-        if node is None or p.spec.nodeName == node
+        if node is None or cast(PodSpec, p.spec).nodeName == node
     ]
 
 

@@ -19,12 +19,13 @@ import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import pytest_asyncio
 import yaml
 from lightkube.models.authentication_v1 import TokenRequestSpec
+from lightkube.models.core_v1 import PodSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
 from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount, ServiceAccountToken
@@ -139,7 +140,7 @@ async def source_state(stack: Stack) -> dict[str, Any]:
     return {
         "nodes": nodes,
         "policy": (policy["metadata"]["generation"], policy["spec"]),
-        "pod": (meta(pod).labels, meta(pod).annotations, pod.spec.nodeName),
+        "pod": (meta(pod).labels, meta(pod).annotations, cast(PodSpec, pod.spec).nodeName),
     }
 
 

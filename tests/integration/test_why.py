@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -23,6 +23,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 from lightkube.types import PatchType
 from typer.testing import CliRunner
 
+from kube_objects import meta
 from kubegpu.catalog import nvidia
 from kubegpu.cli.app import app
 from kubegpu.doctor import why as w
@@ -173,7 +174,9 @@ async def cluster(
     finally:
         with contextlib.suppress(ApiError):
             for p in [p async for p in akube.list(Pod, namespace=namespace)]:
-                await akube.delete(Pod, p.metadata.name, namespace=namespace, grace_period=0)  # type: ignore[union-attr]
+                await akube.delete(
+                    Pod, cast(str, meta(p).name), namespace=namespace, grace_period=0
+                )
         await c.close()
 
 
