@@ -90,7 +90,7 @@ def pod_body(name: str, resource: str, node: str | None = None) -> Pod:
     }
     if node:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
-    return Pod.from_dict({"metadata": {"name": name, "labels": {"app": name}}, "spec": spec})
+    return Pod.from_dict({"metadata": {"name": name, "labels": {"app": name}}, "spec": spec})  # type: ignore[return-value]
 
 
 async def phase(stack: Stack, name: str) -> str:
@@ -126,15 +126,15 @@ async def source() -> AsyncIterator[Source]:
             await wait_for(
                 lambda: stack.client.get(ServiceAccount, "default", namespace=NS), timeout=60
             )
-            await stack.client.create(
+            await stack.client.create(  # type: ignore[call-overload]
                 pod_body("serving", "nvidia.com/mig-1g.10gb", BUSY), namespace=NS
             )
             await wait_for(
                 lambda: _is(stack, "serving", "Running"), timeout=180, what="serving runs"
             )
             for name in WANTED:
-                await stack.client.create(pod_body(name, "nvidia.com/mig-3g.40gb"), namespace=NS)
-            await stack.client.create(pod_body(IMPOSSIBLE, "nvidia.com/mig-1g.18gb"), namespace=NS)
+                await stack.client.create(pod_body(name, "nvidia.com/mig-3g.40gb"), namespace=NS)  # type: ignore[call-overload]
+            await stack.client.create(pod_body(IMPOSSIBLE, "nvidia.com/mig-1g.18gb"), namespace=NS)  # type: ignore[call-overload]
             for name in (*WANTED, IMPOSSIBLE):
                 await wait_for(lambda n=name: unschedulable(stack, n), timeout=120, what=name)
             snap = await capture(stack.client, namespace=NAMESPACE, source="e2e")
