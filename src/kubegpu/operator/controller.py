@@ -31,8 +31,15 @@ from kubegpu.operator import labels as node_labels
 from kubegpu.operator import status as st
 from kubegpu.operator.api import FIELD_MANAGER, OPTIONAL_KINDS, OWNED, Api
 from kubegpu.operator.nvidiadriver import DriverStatusReporter
-from kubegpu.operator.reconciler import Caches, OperatorConfig, Reconciler
-from kubegpu.operator.render import HASH_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL
+from kubegpu.operator.reconciler import (
+    Caches,
+    OperatorConfig,
+    Reconciler,
+    applied_hash,
+    generation_of,
+    object_labels,
+)
+from kubegpu.operator.render import MANAGED_BY, MANAGED_BY_LABEL
 
 __all__ = ["FIELD_MANAGER", "Api", "Operator", "OperatorConfig"]
 
@@ -94,21 +101,26 @@ class Operator:
 
     def _policy_changed(self, op: str, old: Obj | None, new: Obj | None) -> None:
         # our own status writes come back as events: only spec (generation) changes count
-        if old is None or new is None or _generation(old) != _generation(new):
+        if old is None or new is None or generation_of(old) != generation_of(new):
             self.trigger()
 
     def _node_changed(self, op: str, old: Obj | None, new: Obj | None) -> None:
         if old is None or new is None:
             self.trigger()
             return
-        if node_labels.relevant_labels(_labels(old)) != node_labels.relevant_labels(_labels(new)):
+        if node_labels.relevant_labels(object_labels(old)) != node_labels.relevant_labels(
+            object_labels(new)
+        ):
             self.trigger()
 
     def _owned_changed(self, op: str, old: Obj | None, new: Obj | None) -> None:
         # any DaemonSet change (status drives readiness); for the rest, creation, deletion
         # or someone else's edit of what we applied
         changed = (
-            old is None or new is None or new.get("kind") == "DaemonSet" or _hash(new) != _hash(old)
+            old is None
+            or new is None
+            or new.get("kind") == "DaemonSet"
+            or applied_hash(new) != applied_hash(old)
         )
         if changed:
             self.trigger()
@@ -189,17 +201,3 @@ class Operator:
             else:
                 if not self._dirty.is_set():
                     self._dirty_since = None
-
-
-def _labels(obj: Obj) -> dict[str, str]:
-    return dict((obj.get("metadata") or {}).get("labels") or {})
-
-
-def _hash(obj: Obj) -> str | None:
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    value = annotations.get(HASH_ANNOTATION)
-    return str(value) if value is not None else None
-
-
-def _generation(obj: Obj) -> int:
-    return int((obj.get("metadata") or {}).get("generation") or 0)

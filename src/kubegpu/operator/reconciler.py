@@ -182,7 +182,7 @@ class Reconciler:
                 else st.policy_conflict_outcome(names)
             )
         self.last_outcome = outcome
-        status = st.policy_status(outcome, active.get("status"), ns, now, _generation(active))
+        status = st.policy_status(outcome, active.get("status"), ns, now, generation_of(active))
         await self._write_status(kind, active, status)
         return outcome
 
@@ -203,7 +203,7 @@ class Reconciler:
             return refused(f"{kind} {active['metadata']['name']}: {_first_error(exc)}")
         nodes = self.caches.nodes.items()
         patches = node_labels.node_patches(
-            {n["metadata"]["name"]: _labels(n) for n in nodes}, changes
+            {n["metadata"]["name"]: object_labels(n) for n in nodes}, changes
         )
         projected = [_with_labels(n, patches.get(n["metadata"]["name"])) for n in nodes]
         facts = self._facts(active, kind, projected)
@@ -214,7 +214,7 @@ class Reconciler:
         else:
             rendered = render(spec, facts)
             self._say_ignored(kind, active, ignored_policy_fields(spec))
-            generation = (active["metadata"]["uid"], _generation(active))
+            generation = (active["metadata"]["uid"], generation_of(active))
             psa = generation if spec.psa.enabled and self._psa_done != generation else None
         writes, desired = self._writes(rendered)
         return Plan(kind, rendered, facts, patches, tuple(writes), frozenset(desired), psa)
@@ -230,14 +230,14 @@ class Reconciler:
             if kind in OPTIONAL_KINDS and not store.available:
                 continue
             live = store.get(namespace, meta["name"])
-            if live is not None and _hash(live) == meta["annotations"][HASH_ANNOTATION]:
+            if live is not None and applied_hash(live) == meta["annotations"][HASH_ANNOTATION]:
                 continue
             writes.append(obj)
         return writes, desired
 
     def _facts(self, policy: Obj, kind: str, nodes: Sequence[Obj]) -> ClusterFacts:
         gpu_nodes = sorted(
-            (n for n in nodes if _labels(n).get(node_labels.GPU_PRESENT) == "true"),
+            (n for n in nodes if object_labels(n).get(node_labels.GPU_PRESENT) == "true"),
             key=lambda n: n["metadata"]["name"],
         )
         return ClusterFacts(
@@ -286,7 +286,7 @@ class Reconciler:
             rendered,
             daemonsets,
             gpu_nodes=plan.facts.gpu_nodes,
-            nfd_labels=any(node_labels.has_nfd_labels(_labels(n)) for n in nodes),
+            nfd_labels=any(node_labels.has_nfd_labels(object_labels(n)) for n in nodes),
             apply_errors=errors,
             kind=plan.kind,
         )
@@ -353,7 +353,7 @@ class Reconciler:
                 namespace, name = key_of(obj)
                 if (kind, namespace, name) in plan.desired:
                     continue
-                if _labels(obj).get(STATE_LABEL) in failed_states:
+                if object_labels(obj).get(STATE_LABEL) in failed_states:
                     continue  # a state that failed to render keeps what it had
                 log.info("removing %s %s (no longer desired)", kind, name)
                 await self.api.delete(kind, namespace, name)
@@ -398,7 +398,7 @@ def _with_labels(node: Obj, patch: Mapping[str, str | None] | None) -> Obj:
     """The node as it will be once its label `patch` (None: remove) is applied."""
     if not patch:
         return node
-    labels = _labels(node)
+    labels = object_labels(node)
     for key, value in patch.items():
         if value is None:
             labels.pop(key, None)
@@ -411,15 +411,16 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _labels(obj: Obj) -> dict[str, str]:
+def object_labels(obj: Obj) -> dict[str, str]:
+    """An object's labels (the controller's watch filters read them too)."""
     return dict((obj.get("metadata") or {}).get("labels") or {})
 
 
-def _hash(obj: Obj) -> str | None:
+def applied_hash(obj: Obj) -> str | None:
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     value = annotations.get(HASH_ANNOTATION)
     return str(value) if value is not None else None
 
 
-def _generation(obj: Obj) -> int:
+def generation_of(obj: Obj) -> int:
     return int((obj.get("metadata") or {}).get("generation") or 0)
