@@ -5,6 +5,7 @@ runtime injected the driver's files (`injection.Injection.driver`)."""
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -19,10 +20,18 @@ def install_binaries(root: Path, python: str, programs: tuple[str, ...] = PROGRA
     bin_dir.mkdir(parents=True, exist_ok=True)
     for program in programs:
         path = bin_dir / program
-        path.write_text(
-            f'#!/bin/sh\nexec {shlex.quote(python)} -m kubegpu.sim.smi {program} "$@"\n'
-        )
-        path.chmod(0o755)
+        script = f'#!/bin/sh\nexec {shlex.quote(python)} -m kubegpu.sim.smi {program} "$@"\n'
+        try:
+            if path.read_text() == script:
+                continue  # another container may be running it: never write it again
+        except OSError:
+            pass
+        # replaced by rename, never rewritten in place: a script open for writing cannot be
+        # executed (ETXTBSY, "Text file busy"), and another container may exec it right now
+        part = path.with_name(f".{program}.{os.getpid()}.part")
+        part.write_text(script)
+        part.chmod(0o755)
+        os.replace(part, path)
     return bin_dir
 
 
