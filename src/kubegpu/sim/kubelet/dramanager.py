@@ -26,10 +26,8 @@ import asyncio
 import contextlib
 import json
 import logging
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +35,7 @@ import grpc
 import yaml
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import EventSource, ObjectReference
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Event, Pod
+from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubegpu.base.tasks import cancel_all, start_kept
@@ -63,6 +59,7 @@ from kubegpu.kube.kubelet import (
 from kubegpu.kube.kubelet import dra_v1_pb2 as dra
 from kubegpu.kube.kubelet import pluginregistration_v1_pb2 as reg
 from kubegpu.kube.kubelet import podresources_v1_pb2 as pr
+from kubegpu.sim.kubelet.events import pod_event
 from kubegpu.sim.kubelet.pluginwatcher import WATCH_INTERVAL_S, PluginWatcher
 
 log = logging.getLogger(__name__)
@@ -704,34 +701,7 @@ class DraManager:
 
     # -- events ---------------------------------------------------------------------------
     async def _event(self, pod: Json, reason: str, message: str) -> None:
-        meta = pod["metadata"]
-        namespace = meta.get("namespace", "default")
-        t = datetime.now(UTC)
-        event = Event(
-            metadata=ObjectMeta(
-                name=f"{meta['name']}.{uuid.uuid4().hex[:16]}", namespace=namespace
-            ),
-            involvedObject=ObjectReference(
-                apiVersion="v1",
-                kind="Pod",
-                name=meta["name"],
-                namespace=namespace,
-                uid=meta["uid"],
-            ),
-            reason=reason,
-            message=message[:1024],
-            type="Warning",
-            count=1,
-            firstTimestamp=t,
-            lastTimestamp=t,
-            source=EventSource(component="kubelet", host=self.node_name),
-            reportingComponent="kubelet",
-            reportingInstance=self.node_name,
-        )
-        try:
-            await self._api().create(event)
-        except ApiError as exc:
-            log.warning("node %s: event %s: %s", self.node_name, reason, exc)
+        await pod_event(self._api(), self.node_name, pod, reason, message)
 
 
 def _claim_refs(container: Json) -> list[Json]:

@@ -21,7 +21,6 @@ import os
 import shutil
 import signal
 import sys
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,9 +30,7 @@ from typing import Any
 import httpx2 as httpx
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import EventSource, ObjectReference
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Event, PodStatus
+from lightkube.resources.core_v1 import PodStatus
 from lightkube.resources.node_v1 import RuntimeClass
 from lightkube.types import PatchType
 
@@ -48,6 +45,7 @@ from kubegpu.sim.inprocess import (
 )
 from kubegpu.sim.kubelet.devicemanager import AdmissionError, ContainerAllocation, DeviceManager
 from kubegpu.sim.kubelet.dramanager import DraManager, dra_backed_resources, read_cdi_specs
+from kubegpu.sim.kubelet.events import pod_event
 from kubegpu.sim.kubelet.mounted import MountedObjects, ObjectKey
 from kubegpu.sim.kubelet.podchecks import container_refusal
 from kubegpu.sim.kubelet.podenv import base_env, container_env, field_value
@@ -156,32 +154,6 @@ class ContainerState:
             "state": self.state,
             "lastState": self.last_state,
         }
-
-
-async def pod_event(client: AsyncClient, node: str, pod: Json, reason: str, message: str) -> None:
-    """A Warning event from the kubelet about `pod` (best effort, as kubelet's recorder)."""
-    meta = pod["metadata"]
-    namespace = meta.get("namespace", "default")
-    t = datetime.now(UTC)
-    event = Event(
-        metadata=ObjectMeta(name=f"{meta['name']}.{uuid.uuid4().hex[:16]}", namespace=namespace),
-        involvedObject=ObjectReference(
-            apiVersion="v1", kind="Pod", name=meta["name"], namespace=namespace, uid=meta["uid"]
-        ),
-        reason=reason,
-        message=message[:1024],
-        type="Warning",
-        count=1,
-        firstTimestamp=t,
-        lastTimestamp=t,
-        source=EventSource(component="kubelet", host=node),
-        reportingComponent="kubelet",
-        reportingInstance=node,
-    )
-    try:
-        await client.create(event)
-    except (ApiError, httpx.HTTPError) as exc:
-        log.warning("node %s: event %s: %s", node, reason, exc)
 
 
 def is_shell(command: list[str]) -> bool:
