@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kubegpu.cli.app import app
-from kubegpu.doctor.snapshot import PodInfo, Snapshot
+from kubegpu.doctor.snapshot import NodeInfo, PodInfo, Snapshot
 from kubegpu.plan import make_plan
 from kubegpu.replan import from_snapshot as ps
 
@@ -207,3 +207,13 @@ def test_without_allow_evictions_or_a_controller_no_running_pod_is_touched() -> 
     start, plan = ps.plan_from(bare, solver="exact", allow_evictions=True)
     assert start.evicted == {}  # a bare pod deleted would be gone
     assert ps.change_of(start, plan).nodes == ()
+
+
+def test_a_shared_single_strategy_product_label_names_its_profile_without_the_tag() -> None:
+    """`-SHARED` follows the MIG tag when the instances are shared: the profile is read as
+    doctor reads the label (`doctor.facts.split_product`), not with the tag glued on."""
+    node = NodeInfo(
+        name="n",
+        labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb-SHARED"},
+    )
+    assert ps._single_profile(node) == "1g.10gb"

@@ -155,9 +155,8 @@ _ISOLATION = re.compile(r"^kubegpu\.io/gpu\.(\d+)\.isolation$")
 
 def _single_profile(node: NodeInfo) -> str | None:
     """Under the `single` strategy with MIG on, `nvidia.com/gpu` is an instance of this."""
-    product = node.labels.get(nvidia.GPU_PRODUCT, "")
-    _, sep, profile = product.partition("-MIG-")
-    return profile if sep and profile != "INVALID" else None
+    _, profile = facts.split_product(node.labels.get(nvidia.GPU_PRODUCT, ""))
+    return profile if profile and profile != "INVALID" else None
 
 
 def _gpu_count(node: NodeInfo, per_gpu: int | None) -> int:
@@ -168,7 +167,7 @@ def _gpu_count(node: NodeInfo, per_gpu: int | None) -> int:
     if indexes:
         return max(indexes) + 1
     n = _count(node.labels.get(nvidia.GPU_COUNT, "0"))
-    if "-MIG-" in node.labels.get(nvidia.GPU_PRODUCT, "") and per_gpu:
+    if facts.split_product(node.labels.get(nvidia.GPU_PRODUCT, ""))[1] and per_gpu:
         return n // per_gpu
     return n
 
