@@ -1,14 +1,24 @@
-"""Doctor and what-if read a node's labels one way: the GPU model behind
-`nvidia.com/gpu.product`, and the ConfigMap that holds the node's MIG layouts. The cases
-are those where the two used to answer differently."""
+"""Doctor, what-if and `plan --from-snapshot` read a node's labels one way: the GPU model
+behind `nvidia.com/gpu.product`, the ConfigMap that holds the node's MIG layouts, and how
+many GPUs it has. The cases are those where they used to answer differently."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 from kubegpu.catalog import get_model, nvidia
-from kubegpu.doctor.facts import gpu_model, mig_parted_configmap, model_of_product
+from kubegpu.doctor.facts import (
+    LabelError,
+    gpu_count,
+    gpu_model,
+    known_gpu_count,
+    mig_parted_configmap,
+    model_of_product,
+)
 from kubegpu.doctor.snapshot import ConfigMapInfo, CustomObject, NodeInfo, Snapshot
+from kubegpu.replan.from_snapshot import SnapshotPlanError, start_from
 from kubegpu.sharing.labels import MAX_VALUE, sanitise
 from kubegpu.whatif.twin_spec import TwinSpecError, mig_layouts, node_gpus
 
@@ -98,3 +108,127 @@ def test_the_layouts_the_policy_names_come_before_the_generated_ones() -> None:
         {"named"},
         {"generated"},
     ]
+
+
+# --- how many GPUs a node has: one rule (doctor.facts.gpu_count) for doctor, twin, replan ---
+
+H100_LABEL = "NVIDIA-H100-80GB-HBM3"
+SINGLE_LAYOUTS = """\
+version: v1
+mig-configs:
+  all-1g.10gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+  half:
+    - devices: [0]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+    - devices: [1, 2]
+      mig-enabled: false
+"""
+
+
+def counted(**labels: str) -> tuple[NodeInfo, Snapshot]:
+    n = NodeInfo(
+        name="gpu-1",
+        labels={nvidia.GPU_PRESENT: "true", nvidia.GPU_PRODUCT: H100_LABEL, **labels},
+    )
+    layouts = ConfigMapInfo(
+        namespace="gpu-operator",
+        name=nvidia.MIG_PARTED_DEFAULT_CONFIGMAP,
+        data={"config.yaml": SINGLE_LAYOUTS},
+    )
+    return n, Snapshot(nodes=(n,), config_maps=(layouts,))
+
+
+def _isolation(*indexes: int) -> dict[str, str]:
+    return {nvidia.isolation_label(i): "mig" for i in indexes}
+
+
+@pytest.mark.parametrize(
+    ("labels", "gpus"),
+    [
+        pytest.param({nvidia.GPU_COUNT: "4"}, 4, id="whole GPUs: gpu.count"),
+        pytest.param(
+            {nvidia.GPU_COUNT: "3", **_isolation(0)}, 3, id="gpu.count before isolation labels"
+        ),
+        pytest.param(
+            {
+                nvidia.GPU_PRODUCT: H100_LABEL + "-MIG-1g.10gb",
+                nvidia.GPU_COUNT: "28",
+                nvidia.MIG_CONFIG: "all-1g.10gb",
+            },
+            4,
+            id="single: MIG devices over the layout's per-GPU count",
+        ),
+        pytest.param(
+            {
+                nvidia.GPU_PRODUCT: H100_LABEL + "-MIG-1g.10gb",
+                nvidia.GPU_COUNT: "7",
+                nvidia.MIG_CONFIG: "half",
+            },
+            3,
+            id="single: the GPUs the layout lists",
+        ),
+        pytest.param(
+            {
+                nvidia.GPU_PRODUCT: H100_LABEL + "-MIG-INVALID",
+                nvidia.GPU_COUNT: "0",
+                **_isolation(0, 1, 2),
+            },
+            3,
+            id="MIG-INVALID: the isolation labels",
+        ),
+    ],
+)
+def test_doctor_the_twin_and_the_planner_count_a_nodes_gpus_alike(
+    labels: dict[str, str], gpus: int
+) -> None:
+    n, snap = counted(**labels)
+    assert gpu_count(snap, n) == gpus
+    twin = node_gpus(n, snap)
+    assert twin is not None and twin.split(";")[0] == f"h100-80gb:{gpus}"
+    assert start_from(snap).nodes["gpu-1"].count == gpus
+
+
+@pytest.mark.parametrize(
+    ("labels", "said"),
+    [
+        pytest.param({nvidia.GPU_COUNT: "two"}, "gpu.count='two' is not a count", id="garbled"),
+        pytest.param(
+            {nvidia.GPU_PRODUCT: H100_LABEL + "-MIG-INVALID", nvidia.GPU_COUNT: "0"},
+            "-MIG-INVALID",
+            id="MIG-INVALID without isolation labels",
+        ),
+        pytest.param(
+            {
+                nvidia.GPU_PRODUCT: H100_LABEL + "-MIG-1g.10gb",
+                nvidia.GPU_COUNT: "7",
+                nvidia.MIG_CONFIG: "nowhere",
+            },
+            "layout 'nowhere' is not in the snapshot",
+            id="single without its layout",
+        ),
+        pytest.param(
+            {
+                nvidia.GPU_PRODUCT: H100_LABEL + "-MIG-1g.10gb",
+                nvidia.GPU_COUNT: "9",
+                nvidia.MIG_CONFIG: "all-1g.10gb",
+            },
+            "9 1g.10gb devices do not fit",
+            id="single: a device count the layout cannot make",
+        ),
+    ],
+)
+def test_what_the_labels_do_not_say_is_an_error_for_all_three(
+    labels: dict[str, str], said: str
+) -> None:
+    n, snap = counted(**labels)
+    with pytest.raises(LabelError, match=re.escape(said)):
+        gpu_count(snap, n)
+    assert known_gpu_count(snap, n) is None  # doctor's checks fall back to the layout's names
+    with pytest.raises(TwinSpecError, match=re.escape(said)):
+        node_gpus(n, snap)
+    with pytest.raises(SnapshotPlanError):  # the node is left out, and so is the whole fleet
+        start_from(snap)

@@ -19,6 +19,7 @@ from kubegpu.doctor.facts import (
     driver,
     gpu_model,
     is_gpu_node,
+    known_gpu_count,
     mig_enabled,
     mig_parted_config,
     mig_parted_configmap,
@@ -195,10 +196,11 @@ def mig_layout_unplaceable(snapshot: Snapshot) -> Iterator[Finding]:
         model = gpu_model(node)
         if model is None:
             continue
-        count = _whole_gpus(node)
+        count = known_gpu_count(snapshot, node)
         entries = parsed.mig_configs[wanted]
-        # unknown count (MIG-INVALID, or single counting MIG devices): as many GPUs as the
-        # config names, so no index is "out of range" for want of a count
+        # a count the labels do not say (`facts.gpu_count`: MIG-INVALID without isolation
+        # labels): as many GPUs as the config names, so no index is "out of range" for want
+        # of a count
         named = [i for e in entries if e.devices != "all" for i in e.devices]
         gpus = [
             NodeGpu(i, model.pci_device_id, model)
@@ -243,7 +245,7 @@ def _layout_of(snapshot: Snapshot, node: NodeInfo) -> list[tuple[int, list[Place
         return []
     entries = parsed.mig_configs[wanted]
     named = [i for e in entries if e.devices != "all" for i in e.devices]
-    count = _whole_gpus(node) or (max(named) + 1 if named else 1)
+    count = known_gpu_count(snapshot, node) or (max(named) + 1 if named else 1)
     gpus = [NodeGpu(i, model.pci_device_id, model) for i in range(count)]
     try:
         plan = plan_coverage(wanted, entries, gpus, driver(node))
@@ -305,15 +307,6 @@ def mig_fragmented(snapshot: Snapshot) -> Iterator[Finding]:
             f"{profile} (the MIG manager recreates the GPU's instances: drain it first); "
             "`kubegpu mig layouts` lists the layouts",
         )
-
-
-def _whole_gpus(node: NodeInfo) -> int | None:
-    """How many GPUs the node has, where the labels say it (under `single` with MIG on,
-    `gpu.count` counts MIG devices instead)."""
-    text = node.labels.get(nvidia.GPU_COUNT, "")
-    if not text.isdigit() or int(text) == 0 or "-MIG-" in node.labels.get(nvidia.GPU_PRODUCT, ""):
-        return None
-    return int(text)
 
 
 # --- device-plugin configs ---------------------------------------------------------------------

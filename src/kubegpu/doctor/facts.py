@@ -25,7 +25,13 @@ from kubegpu.sharing.labels import MAX_VALUE as MAX_LABEL_VALUE
 from kubegpu.sharing.labels import sanitise
 
 _MIG_COUNT = re.compile(re.escape(nvidia.MIG_RESOURCE_PREFIX) + r".+\.count$")
+_ISOLATION = re.compile(re.escape(nvidia.ISOLATION_LABEL_PREFIX) + r"(\d+)\.isolation$")
 MIG_PARTED_KEY = "config.yaml"
+
+
+class LabelError(ValueError):
+    """What a node's labels (with the layouts they name) do not say; names the node and
+    the label."""
 
 
 def node_ref(node: NodeInfo | str) -> str:
@@ -242,6 +248,84 @@ def mig_parted_configmap(snapshot: Snapshot, node: NodeInfo | str) -> str:
         node if isinstance(node, str) else node.name,
         lambda cm: snapshot.config_map(cm) is not None,
     )
+
+
+def node_mig_layouts(snapshot: Snapshot, node: NodeInfo | str) -> MigPartedConfig | None:
+    """The mig-parted configs the node's MIG manager reads, from the ConfigMap
+    `mig_parted_configmap` names; None when that is not in the snapshot, `LabelError` when
+    it does not load."""
+    name = mig_parted_configmap(snapshot, node)
+    cm = snapshot.config_map(name)
+    if cm is None or MIG_PARTED_KEY not in cm.data:
+        return None
+    layouts, error = mig_parted_config(cm.data[MIG_PARTED_KEY], f"configmap/{cm.namespace}/{name}")
+    if layouts is None:
+        raise LabelError(error or f"configmap/{cm.namespace}/{name}: unreadable")
+    return layouts
+
+
+# --- how many GPUs a node has -------------------------------------------------------------------
+
+
+def gpu_count(snapshot: Snapshot, node: NodeInfo) -> int:
+    """How many physical GPUs the node has, by its labels: the one rule for doctor, the
+    what-if twin and `plan --from-snapshot`.
+
+    `nvidia.com/gpu.count` counts GPUs, except under the `single` strategy with MIG on
+    (product `<name>-MIG-<profile>`), where it counts MIG devices: there the node's layout
+    (`nvidia.com/mig.config` in its mig-parted ConfigMap) says how many there are per GPU.
+    Where neither says (`-MIG-INVALID`: GPUs that disagree, `gpu.count` 0; a layout not in
+    the snapshot), the per-GPU isolation labels kubegpu's feature discovery writes
+    (`kubegpu.io/gpu.<i>.isolation`, one per GPU that advertises a device) count them. What
+    the labels do not say is a `LabelError`, never a guess.
+    """
+    text = node.labels.get(nvidia.GPU_COUNT, "")
+    _, profile = split_product(node.labels.get(nvidia.GPU_PRODUCT, ""))
+    if not profile and text.isdigit():
+        return int(text)
+    indexes = [int(m.group(1)) for k in node.labels if (m := _ISOLATION.match(k))]
+    try:
+        if not text.isdigit():
+            raise LabelError(f"node {node.name}: label {nvidia.GPU_COUNT}={text!r} is not a count")
+        if profile == "INVALID":
+            raise LabelError(
+                f"node {node.name}: {nvidia.GPU_PRODUCT} ends in -MIG-INVALID: the labels do "
+                "not say how many GPUs it has"
+            )
+        return _gpus_under_single(snapshot, node, profile, int(text))
+    except LabelError:
+        if indexes:
+            return max(indexes) + 1
+        raise
+
+
+def known_gpu_count(snapshot: Snapshot, node: NodeInfo) -> int | None:
+    """`gpu_count` where the labels say it (and it is above 0), else None."""
+    try:
+        count = gpu_count(snapshot, node)
+    except LabelError:
+        return None
+    return count or None
+
+
+def _gpus_under_single(snapshot: Snapshot, node: NodeInfo, profile: str, devices: int) -> int:
+    layouts = node_mig_layouts(snapshot, node)
+    name = node.labels.get(nvidia.MIG_CONFIG)
+    if layouts is None or name is None or name not in layouts.mig_configs:
+        raise LabelError(
+            f"node {node.name}: {nvidia.GPU_PRODUCT} says single-strategy MIG ({profile}), but "
+            f"its {nvidia.MIG_CONFIG} layout {name!r} is not in the snapshot's MIG configs"
+        )
+    entries = layouts.mig_configs[name]
+    listed = [d for e in entries if isinstance(e.devices, tuple) for d in e.devices]
+    if listed:
+        return max(listed) + 1
+    per_gpu = sum((e.mig_devices or {}).get(profile, 0) for e in entries if e.mig_enabled)
+    if per_gpu <= 0 or devices % per_gpu:
+        raise LabelError(
+            f"node {node.name}: {devices} {profile} devices do not fit layout {name!r}"
+        )
+    return devices // per_gpu
 
 
 def layouts_configmap(policy_name: str | None, node: str, exists: Callable[[str], bool]) -> str:

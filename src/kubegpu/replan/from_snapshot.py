@@ -150,26 +150,10 @@ def _layouts(snapshot: Snapshot, node: NodeInfo, model: GpuModel, count: int) ->
     return out
 
 
-_ISOLATION = re.compile(r"^kubegpu\.io/gpu\.(\d+)\.isolation$")
-
-
 def _single_profile(node: NodeInfo) -> str | None:
     """Under the `single` strategy with MIG on, `nvidia.com/gpu` is an instance of this."""
     _, profile = facts.split_product(node.labels.get(nvidia.GPU_PRODUCT, ""))
     return profile if profile and profile != "INVALID" else None
-
-
-def _gpu_count(node: NodeInfo, per_gpu: int | None) -> int:
-    """Physical GPUs: the per-GPU isolation labels GFD writes, else `gpu.count`, which
-    under the single strategy with MIG on counts MIG devices (the product label then ends
-    `-MIG-<profile>`)."""
-    indexes = [int(m.group(1)) for k in node.labels if (m := _ISOLATION.match(k))]
-    if indexes:
-        return max(indexes) + 1
-    n = _count(node.labels.get(nvidia.GPU_COUNT, "0"))
-    if facts.split_product(node.labels.get(nvidia.GPU_PRODUCT, ""))[1] and per_gpu:
-        return n // per_gpu
-    return n
 
 
 def _node_start(
@@ -178,8 +162,10 @@ def _node_start(
     model = facts.gpu_model(node)
     if model is None:
         return f"node {node.name}: GPU model of {node.labels.get(nvidia.GPU_PRODUCT)!r} unknown"
-    guess = _layouts(snapshot, node, model, 1)[0]
-    count = _gpu_count(node, sum(n for _, n in guess) if guess else None)
+    try:
+        count = facts.gpu_count(snapshot, node)
+    except facts.LabelError as exc:
+        return str(exc)
     if count <= 0:
         return f"node {node.name}: label {nvidia.GPU_COUNT} gives no GPU count"
     layouts = _layouts(snapshot, node, model, count)

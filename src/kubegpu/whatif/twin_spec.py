@@ -15,10 +15,10 @@ from typing import Any
 
 from kubegpu.catalog import nvidia
 from kubegpu.doctor.facts import (
-    MIG_PARTED_KEY,
-    mig_parted_config,
-    mig_parted_configmap,
+    LabelError,
+    gpu_count,
     model_of_product,
+    node_mig_layouts,
     split_product,
 )
 from kubegpu.doctor.snapshot import ConfigMapInfo, NodeInfo, PodInfo, Snapshot
@@ -196,9 +196,10 @@ def node_gpus(node: NodeInfo, snapshot: Snapshot) -> str | None:
             f"node {node.name}: label {nvidia.GPU_PRODUCT}={product!r} names no GPU model "
             "the catalog knows"
         )
-    count = _int_label(node, nvidia.GPU_COUNT)
-    if mig_profile:
-        count = _gpus_under_single(node, snapshot, mig_profile, count)
+    try:
+        count = gpu_count(snapshot, node)
+    except LabelError as exc:
+        raise TwinSpecError(str(exc)) from None
     if not 1 <= count <= 16:
         raise TwinSpecError(
             f"node {node.name}: label {nvidia.GPU_COUNT}={count}: a simulated node has 1..16 GPUs"
@@ -216,14 +217,6 @@ def node_gpus(node: NodeInfo, snapshot: Snapshot) -> str | None:
     return ";".join(opts)
 
 
-def _int_label(node: NodeInfo, key: str) -> int:
-    value = node.labels.get(key, "")
-    try:
-        return int(value)
-    except ValueError:
-        raise TwinSpecError(f"node {node.name}: label {key}={value!r} is not a count") from None
-
-
 def _mig_in_use(labels: dict[str, str], single_profile: str) -> bool:
     """Feature discovery shows MIG devices: a `-MIG-` product (single strategy) or a
     `nvidia.com/mig-<profile>.count` above 0 (mixed)."""
@@ -236,42 +229,10 @@ def _mig_in_use(labels: dict[str, str], single_profile: str) -> bool:
     return False
 
 
-def _gpus_under_single(node: NodeInfo, snapshot: Snapshot, profile: str, devices: int) -> int:
-    """Under the single strategy `gpu.count` counts MIG devices: the node's layout says how
-    many there are per GPU."""
-    if profile == "INVALID":
-        raise TwinSpecError(
-            f"node {node.name}: {nvidia.GPU_PRODUCT} ends in -MIG-INVALID: the labels do not "
-            "say how many GPUs it has"
-        )
-    layouts = mig_layouts(node.name, snapshot)
-    name = node.labels.get(nvidia.MIG_CONFIG)
-    if layouts is None or name is None or name not in layouts.mig_configs:
-        raise TwinSpecError(
-            f"node {node.name}: {nvidia.GPU_PRODUCT} says single-strategy MIG ({profile}), but "
-            f"its {nvidia.MIG_CONFIG} layout {name!r} is not in the snapshot's MIG configs"
-        )
-    entries = layouts.mig_configs[name]
-    listed = [d for e in entries if isinstance(e.devices, tuple) for d in e.devices]
-    if listed:
-        return max(listed) + 1
-    per_gpu = sum((e.mig_devices or {}).get(profile, 0) for e in entries if e.mig_enabled)
-    if per_gpu <= 0 or devices % per_gpu:
-        raise TwinSpecError(
-            f"node {node.name}: {devices} {profile} devices do not fit layout {name!r}"
-        )
-    return devices // per_gpu
-
-
 def mig_layouts(node: str, snapshot: Snapshot) -> MigPartedConfig | None:
-    """The mig-parted configs the node's MIG manager reads, from the ConfigMap doctor
-    names for it (`doctor.facts.mig_parted_configmap`); None when that is not in the
-    snapshot."""
-    name = mig_parted_configmap(snapshot, node)
-    cm = snapshot.config_map(name)
-    if cm is None or MIG_PARTED_KEY not in cm.data:
-        return None
-    layouts, error = mig_parted_config(cm.data[MIG_PARTED_KEY], f"configmap/{cm.namespace}/{name}")
-    if layouts is None:
-        raise TwinSpecError(error or f"configmap/{cm.namespace}/{name}: unreadable")
-    return layouts
+    """The mig-parted configs the node's MIG manager reads (`doctor.facts.node_mig_layouts`);
+    None when they are not in the snapshot."""
+    try:
+        return node_mig_layouts(snapshot, node)
+    except LabelError as exc:
+        raise TwinSpecError(str(exc)) from None
