@@ -31,6 +31,10 @@ VALUES = {"validator": {"plugin": {"env": [{"name": "WITH_WORKLOAD", "value": "t
 
 
 class E2EStack(Stack):
+    async def ready(self) -> bool:
+        """The ClusterPolicy's state is `ready`: what every wait on the operator waits for."""
+        return await self.policy_state() == "ready"
+
     async def condition(self, kind: str, name: str = POLICY) -> dict[str, Any]:
         status = (await self.policy(name)).get("status") or {}
         return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})

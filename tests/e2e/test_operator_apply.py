@@ -28,7 +28,7 @@ from kubegpu.sim.controlplane.plane import ControlPlane
 from .operator_pass import GPU_NODE, changed, live_objects, reconciler, stored_policy, versions
 
 # the fixtures api and operator_ns are the controller tests'
-from .test_operator_controller import POLICY, api, operator_ns, running  # noqa: F401
+from .test_operator_controller import POLICY, api, operator_ns, policy, running  # noqa: F401
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 
@@ -112,17 +112,6 @@ async def gpu_node(api: AsyncClient) -> AsyncIterator[str]:
             await api.delete(Node, name)
 
 
-@contextlib.asynccontextmanager
-async def cluster_policy(api: AsyncClient, spec: dict[str, Any]) -> AsyncIterator[str]:
-    name = f"p-{uuid.uuid4().hex[:8]}"
-    await api.create(ClusterPolicyResource(metadata=ObjectMeta(name=name), spec=spec))
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(ApiError):
-            await api.delete(ClusterPolicyResource, name)
-
-
 async def condition(api: AsyncClient, name: str, generation: int) -> dict[str, Any] | None:
     obj = await api.get(ClusterPolicyResource, name)
     status = obj.get("status") or {}
@@ -137,7 +126,7 @@ async def test_the_running_operator_refuses_a_half_valid_patch_whole(
 ) -> None:
     async with (
         gpu_node(api),
-        cluster_policy(api, SPEC) as name,
+        policy(api, SPEC) as name,
         running(control_plane, operator_ns) as op,
     ):
 
@@ -174,7 +163,7 @@ async def test_a_reserved_label_is_refused_and_the_daemonsets_stay_the_operators
 ) -> None:
     async with (
         gpu_node(api),
-        cluster_policy(api, SPEC) as name,
+        policy(api, SPEC) as name,
         running(control_plane, operator_ns),
     ):
         await eventually(lambda: condition(api, name, 1))

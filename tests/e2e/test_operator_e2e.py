@@ -27,12 +27,8 @@ GPU_NODES = {MIG_NODE, PLAIN_NODE}
 HASH = "nvidia.com/last-applied-hash"
 
 
-async def ready(stack: E2EStack) -> bool:
-    return await stack.policy_state() == "ready"
-
-
 async def test_helm_install_brings_the_stack_up_on_the_gpu_nodes_only(gpu_stack: E2EStack) -> None:
-    await wait_for(lambda: ready(gpu_stack), timeout=240, what="ClusterPolicy ready")
+    await wait_for(gpu_stack.ready, timeout=240, what="ClusterPolicy ready")
     assert (await gpu_stack.condition("Ready"))["reason"] == "Reconciled"
     assert (await gpu_stack.policy())["status"]["namespace"] == NAMESPACE
 
@@ -94,7 +90,7 @@ async def test_relabelling_for_mig_then_switching_strategy_re_advertises(
         )
 
     await wait_for(sliced, timeout=240, what="7 MIG slices advertised as nvidia.com/gpu (single)")
-    await wait_for(lambda: ready(gpu_stack), timeout=120, what="ready after the MIG change")
+    await wait_for(gpu_stack.ready, timeout=120, what="ready after the MIG change")
     before = await gpu_stack.daemonsets()
 
     await gpu_stack.patch_policy({"mig": {"strategy": "mixed"}})
@@ -106,7 +102,7 @@ async def test_relabelling_for_mig_then_switching_strategy_re_advertises(
         )
 
     await wait_for(mixed, timeout=180, what="nvidia.com/mig-1g.10gb=7 under the mixed strategy")
-    await wait_for(lambda: ready(gpu_stack), timeout=180, what="ready after the strategy change")
+    await wait_for(gpu_stack.ready, timeout=180, what="ready after the strategy change")
     after = await gpu_stack.daemonsets()
 
     def changed(name: str) -> bool:
@@ -142,7 +138,7 @@ async def test_disabling_the_driver_removes_its_daemonset(gpu_stack: E2EStack) -
         return "nvidia-driver-daemonset" not in await gpu_stack.daemonsets()
 
     await wait_for(gone, timeout=60, what="driver DaemonSet deleted")
-    await wait_for(lambda: ready(gpu_stack), timeout=180, what="ready without the driver")
+    await wait_for(gpu_stack.ready, timeout=180, what="ready without the driver")
     assert not await gpu_stack.pods(app="nvidia-driver-daemonset") or await wait_for(
         lambda: _no_pods(gpu_stack, "nvidia-driver-daemonset"), timeout=60
     )
@@ -186,7 +182,7 @@ async def test_a_node_labelled_operands_false_loses_its_operands(gpu_stack: E2ES
         )
 
     await wait_for(back, timeout=120, what="operands back on the node")
-    await wait_for(lambda: ready(gpu_stack), timeout=240, what="ready again")
+    await wait_for(gpu_stack.ready, timeout=240, what="ready again")
 
 
 async def test_a_second_cluster_policy_is_ignored(gpu_stack: E2EStack) -> None:
@@ -232,7 +228,7 @@ async def test_a_gpu_cluster_next_to_a_cluster_policy_is_refused(gpu_stack: E2ES
         assert "nvidia-device-plugin-daemonset" in await gpu_stack.daemonsets()
     finally:
         await gpu_stack.client.delete(GPUClusterResource, "dra")
-    await wait_for(lambda: ready(gpu_stack), timeout=120, what="ready once the GPUCluster is gone")
+    await wait_for(gpu_stack.ready, timeout=120, what="ready once the GPUCluster is gone")
 
 
 async def test_a_newer_gpu_cluster_is_ignored_and_told_which_policy_is_active(
@@ -259,7 +255,7 @@ async def test_a_newer_gpu_cluster_is_ignored_and_told_which_policy_is_active(
         assert "nvidia-dra-driver-gpu-kubelet-plugin" not in daemonsets
     finally:
         await gpu_stack.client.delete(GPUClusterResource, "gpu-cluster")
-    await wait_for(lambda: ready(gpu_stack), timeout=120, what="ready once the GPUCluster is gone")
+    await wait_for(gpu_stack.ready, timeout=120, what="ready once the GPUCluster is gone")
 
 
 async def test_the_operator_restarted_mid_reconcile_converges_without_duplicates(
@@ -280,7 +276,7 @@ async def test_the_operator_restarted_mid_reconcile_converges_without_duplicates
     async def rolled() -> bool:
         ds = (await gpu_stack.daemonsets())["gpu-feature-discovery"]
         env = ds["spec"]["template"]["spec"]["containers"][0]["env"]
-        return {"name": "GFD_SLEEP_INTERVAL", "value": "30s"} in env and await ready(gpu_stack)
+        return {"name": "GFD_SLEEP_INTERVAL", "value": "30s"} in env and await gpu_stack.ready()
 
     await wait_for(rolled, timeout=240, what="the change applied and ready")
     deployment = await gpu_stack.client.get(Deployment, "kubegpu-operator", namespace=NAMESPACE)

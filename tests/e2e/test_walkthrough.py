@@ -90,10 +90,6 @@ class States:
             await self._task
 
 
-async def ready(stack: E2EStack) -> bool:
-    return await stack.policy_state() == "ready"
-
-
 async def gpu_resources(stack: E2EStack, node: str) -> dict[str, str]:
     return {k: v for k, v in (await stack.allocatable(node)).items() if k.startswith("nvidia.com/")}
 
@@ -104,12 +100,12 @@ async def settled_on(stack: E2EStack, node: str, config: str, want: dict[str, st
         labels.get(MIG_CONFIG) == config
         and labels.get(MIG_STATE) == "success"
         and await gpu_resources(stack, node) == want
-        and await ready(stack)
+        and await stack.ready()
     )
 
 
 async def test_the_stack_comes_up_with_nvidias_default_values(walk: E2EStack) -> None:
-    await wait_for(lambda: ready(walk), timeout=300, what="ClusterPolicy ready")
+    await wait_for(walk.ready, timeout=300, what="ClusterPolicy ready")
     assert await gpu_resources(walk, MIG_NODE) == {"nvidia.com/gpu": "4"}
 
 

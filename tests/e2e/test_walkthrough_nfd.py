@@ -55,10 +55,7 @@ async def test_without_nfd_the_node_labeller_finds_the_gpu_nodes(no_nfd: E2EStac
     labels = meta(await no_nfd.node(GPU_NODE)).labels or {}
     assert not [k for k in labels if k.startswith("feature.node.kubernetes.io/")]  # as started
 
-    async def ready() -> bool:
-        return await no_nfd.policy_state() == "ready"
-
-    await wait_for(ready, timeout=300, what="ClusterPolicy ready without NFD")
+    await wait_for(no_nfd.ready, timeout=300, what="ClusterPolicy ready without NFD")
     labels = meta(await no_nfd.node(GPU_NODE)).labels or {}
     assert labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
     assert labels["feature.node.kubernetes.io/pci-0302_10de.present"] == "true"
