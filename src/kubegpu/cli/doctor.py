@@ -14,7 +14,13 @@ import httpx2
 import typer
 from lightkube.core.exceptions import ApiError, ConfigError
 
-from kubegpu.cli.options import KUBECONFIG_PATH_OPTION, read_kubeconfig
+from kubegpu.cli.options import (
+    KUBECONFIG_PATH_OPTION,
+    REPLAY_CHART_OPTION,
+    REPLAY_OPTION,
+    REPLAY_SETTLE_OPTION,
+    read_kubeconfig,
+)
 
 if TYPE_CHECKING:
     from kubegpu.doctor.snapshot import Snapshot
@@ -45,6 +51,9 @@ def doctor(
         "--pod",
         help="NS/NAME: say why this GPU pod is Pending instead (as `kubegpu why`).",
     ),
+    replay: bool = REPLAY_OPTION,
+    chart: Path | None = REPLAY_CHART_OPTION,
+    settle_timeout: float = REPLAY_SETTLE_OPTION,
 ) -> None:
     """Check a cluster (or a snapshot of one) for the pitfalls of NVIDIA's GPU stack: each
     problem with its evidence and the fix. Exit code 0 clean, 1 warnings, 2 errors."""
@@ -99,10 +108,20 @@ def doctor(
             raise typer.Exit(UNREAD) from None
     if pod is not None:
         from kubegpu.doctor.report import print_verdict
-        from kubegpu.doctor.why import WhyError, why
+        from kubegpu.doctor.why import WhyError
+        from kubegpu.whatif.pod_replay import explain
 
         try:
-            verdict = why(snap, pod)
+            verdict = asyncio.run(
+                explain(
+                    snap,
+                    pod,
+                    replay=replay,
+                    chart=chart,
+                    settle_timeout=settle_timeout,
+                    say=lambda text: err.print(f"[cyan]twin:[/] {text}", soft_wrap=True),
+                )
+            )
         except WhyError as exc:
             err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
             raise typer.Exit(UNREAD) from None

@@ -31,6 +31,19 @@ LOG_LEVEL_OPTION = typer.Option(
 KUBECONFIG_PATH_OPTION = typer.Option(
     None, "--kubeconfig", help="Outside a pod: the kubeconfig to use."
 )
+# `kubegpu why` and `kubegpu doctor --pod`: the replay on the what-if twin
+REPLAY_OPTION = typer.Option(
+    True,
+    "--replay/--no-replay",
+    help="Where the scheduler's reason is not enough, replay the pod on a simulated twin of "
+    "the cluster (minutes; docs/doctor.md).",
+)
+REPLAY_CHART_OPTION = typer.Option(
+    None, "--chart", help="The kubegpu Helm chart the twin installs (default: as `what-if run`)."
+)
+REPLAY_SETTLE_OPTION = typer.Option(
+    300.0, "--settle-timeout", min=10, help="Seconds to wait for the twin after a relabel."
+)
 
 # the device plugin's config options, shared with the MPS control daemon
 CONFIG_FILE_OPTION = typer.Option(

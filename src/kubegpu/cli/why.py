@@ -13,7 +13,13 @@ import httpx2
 import typer
 from lightkube.core.exceptions import ApiError, ConfigError
 
-from kubegpu.cli.options import KUBECONFIG_PATH_OPTION, read_kubeconfig
+from kubegpu.cli.options import (
+    KUBECONFIG_PATH_OPTION,
+    REPLAY_CHART_OPTION,
+    REPLAY_OPTION,
+    REPLAY_SETTLE_OPTION,
+    read_kubeconfig,
+)
 
 UNREAD = 3
 
@@ -28,15 +34,19 @@ def why(
         None, "--namespace", "-n", help="The operator's namespace (default gpu-operator)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
+    replay: bool = REPLAY_OPTION,
+    chart: Path | None = REPLAY_CHART_OPTION,
+    settle_timeout: float = REPLAY_SETTLE_OPTION,
 ) -> None:
-    """Say why a GPU pod is Pending: the cause in one sentence, the evidence and the fix."""
+    """Say why a GPU pod is Pending: the cause in one sentence, the evidence and the fix;
+    replayed on a simulated twin of the cluster where the scheduler's reason is not enough."""
     from rich.console import Console
 
     from kubegpu.doctor.capture import capture_config
     from kubegpu.doctor.report import print_verdict
     from kubegpu.doctor.snapshot import SnapshotError, load_snapshot
     from kubegpu.doctor.why import WhyError
-    from kubegpu.doctor.why import why as judge
+    from kubegpu.whatif.pod_replay import explain
 
     err = Console(stderr=True, highlight=False)
     try:
@@ -44,7 +54,16 @@ def why(
             snap = load_snapshot(snapshot)
         else:
             snap = asyncio.run(capture_config(read_kubeconfig(kubeconfig), namespace))
-        verdict = judge(snap, pod)
+        verdict = asyncio.run(
+            explain(
+                snap,
+                pod,
+                replay=replay,
+                chart=chart,
+                settle_timeout=settle_timeout,
+                say=lambda text: err.print(f"[cyan]twin:[/] {text}", soft_wrap=True),
+            )
+        )
     except (SnapshotError, WhyError) as exc:
         err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(UNREAD) from None

@@ -64,6 +64,8 @@ class Verdict:
     reason: str  # one sentence
     evidence: tuple[str, ...] = ()
     fix: str = ""
+    # what the what-if twin was asked and showed (`doctor.replay`); None: no replay
+    replay: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +74,7 @@ class Verdict:
             "reason": self.reason,
             "evidence": list(self.evidence),
             "fix": self.fix,
+            "replay": self.replay,
         }
 
 
@@ -450,7 +453,7 @@ def _naming(snapshot: Snapshot, ask: _Ask) -> Iterator[Verdict]:
         return
 
 
-def _reason_excluded(node: NodeInfo, pod: PodInfo) -> tuple[str, str] | None:
+def reason_excluded(node: NodeInfo, pod: PodInfo) -> tuple[str, str] | None:
     """(kind, why) when the pod cannot go to `node` whatever its capacity."""
     wrong = {k: v for k, v in pod.node_selector.items() if node.labels.get(k) != v}
     if wrong:
@@ -472,7 +475,7 @@ def _placement(snapshot: Snapshot, ask: _Ask) -> Iterator[Verdict]:
         serving = [n for n in snapshot.nodes if _advertised(n, resource) > 0]
         if not serving:
             continue
-        excluded = [(n, _reason_excluded(n, ask.pod)) for n in serving]
+        excluded = [(n, reason_excluded(n, ask.pod)) for n in serving]
         eligible = [n for n, why in excluded if why is None]
         if not eligible:
             kinds = [why[0] for _, why in excluded if why is not None]
