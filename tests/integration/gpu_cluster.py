@@ -82,12 +82,15 @@ class Cluster:
     async def patch_node(self, name: str, patch: dict[str, Any]) -> None:
         await self.akube.patch(Node, name, patch, patch_type=PatchType.MERGE)
 
-    async def mig_layouts(self, text: str = MIG_LAYOUTS) -> None:
-        """The chart's default mig-parted ConfigMap in the capture's operator namespace."""
+    async def mig_layouts(
+        self, text: str = MIG_LAYOUTS, name: str = nvidia.MIG_PARTED_DEFAULT_CONFIGMAP
+    ) -> None:
+        """A mig-parted ConfigMap (the chart's default one unless named) in the capture's
+        operator namespace."""
         await self.akube.create(  # type: ignore[call-overload]
             ConfigMap.from_dict(
                 {
-                    "metadata": {"name": nvidia.MIG_PARTED_DEFAULT_CONFIGMAP},
+                    "metadata": {"name": name},
                     "data": {"config.yaml": text},
                 }
             ),

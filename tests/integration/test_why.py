@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+from pathlib import Path
 
 import grpc
 import pytest
@@ -21,7 +23,10 @@ from typer.testing import CliRunner
 from kubegpu.catalog import nvidia
 from kubegpu.cli.app import app
 from kubegpu.doctor import why as w
+from kubegpu.doctor.replay import RESHAPE
+from kubegpu.doctor.snapshot import CustomObject, Snapshot
 from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.whatif.pod_replay import explain
 
 from .fake_plugin import FakePlugin
 from .gpu_cluster import Cluster, cluster_fixture  # noqa: F401  (the `cluster` fixture)
@@ -214,3 +219,101 @@ async def test_the_cli_prints_the_verdict_as_json(
     )
     assert result.exit_code == 0, result.output
     assert '"kind": "resource-not-advertised"' in result.output
+
+
+# --- replayed on the what-if twin: causes only an attempt shows (docs/doctor.md) -----------
+
+REPLAY_TIMEOUT_S = 900  # a twin is a cluster of its own: control plane, nodes, helm install
+MIG_1G, MIG_3G = "nvidia.com/mig-1g.18gb", "nvidia.com/mig-3g.71gb"
+REPLAY_LAYOUTS = """version: v1
+mig-configs:
+  all-1g.18gb:
+  - devices: all
+    mig-enabled: true
+    mig-devices:
+      1g.18gb: 7
+  all-3g.71gb:
+  - devices: all
+    mig-enabled: true
+    mig-devices:
+      3g.71gb: 2
+"""
+LAYOUTS_CM = "why-layouts"
+DEMO = Path(__file__).parents[1] / "data" / "doctor" / "demo.json"
+
+
+def h200_on(config: str, profile: str, count: int) -> dict[str, str]:
+    """One H200 NVL with `config` applied, as GFD and the MIG manager label it (mixed)."""
+    return {
+        nvidia.GPU_PRODUCT: "NVIDIA-H200-NVL",
+        nvidia.GPU_COUNT: "1",
+        nvidia.MIG_CAPABLE: "true",
+        nvidia.MIG_STRATEGY: "mixed",
+        nvidia.CUDA_DRIVER_VERSION: "580.95.05",
+        nvidia.MIG_CONFIG: config,
+        nvidia.MIG_CONFIG_STATE: "success",
+        f"nvidia.com/mig-{profile}.count": str(count),
+    }
+
+
+def with_policy(snap: Snapshot) -> Snapshot:
+    """The captured cluster with the ClusterPolicy the chart installs (the demo cluster's,
+    as captured in tests/data), mixed strategy, its MIG layouts from LAYOUTS_CM. The shared
+    control plane runs no operator and has no ClusterPolicy of its own: one created there
+    would be in every other test's capture."""
+    demo = Snapshot.from_json(DEMO.read_text(), str(DEMO))
+    spec = copy.deepcopy(demo.cluster_policies[0].spec)
+    spec["mig"] = {"strategy": "mixed"}
+    spec["migManager"]["config"] = {"name": LAYOUTS_CM, "default": "all-disabled"}
+    spec["devicePlugin"].pop("config", None)  # the built-in defaults
+    policy = CustomObject(kind="ClusterPolicy", name="cluster-policy", spec=spec)
+    return snap.model_copy(update={"cluster_policies": (policy,)})
+
+
+async def replayed(cluster: Cluster, name: str) -> tuple[w.Verdict, w.Verdict]:
+    """The snapshot's verdict alone, and `kubegpu why`'s with the replay on the twin."""
+    await cluster.settled(name)
+    snap = with_policy(await cluster.capture(own_nodes=True))
+    ref = f"{cluster.namespace}/{name}"
+    return w.why(snap, ref), await explain(snap, ref, settle_timeout=300)
+
+
+@pytest.mark.timeout(REPLAY_TIMEOUT_S)
+async def test_replayed_a_profile_nobody_advertises_is_an_idle_gpus_relabel(
+    cluster: Cluster,
+) -> None:
+    await cluster.mig_layouts(REPLAY_LAYOUTS, LAYOUTS_CM)
+    busy = await cluster.node("busy", MIG_1G, 7, h200_on("all-1g.18gb", "1g.18gb", 7))
+    idle = await cluster.node("idle", MIG_1G, 7, h200_on("all-1g.18gb", "1g.18gb", 7))
+    await cluster.pod("running", {MIG_1G: "1"}, node=busy)
+    await cluster.running("running")
+    await cluster.pod("p", {MIG_3G: "1"})
+    alone, v = await replayed(cluster, "p")
+    # the snapshot alone: nobody advertises it, "ask for the nearest name" (the wrong fix)
+    assert alone.kind == w.UNKNOWN_RESOURCE, alone
+    assert v.kind == RESHAPE, v
+    assert f"node {idle} took the pod once labelled {nvidia.MIG_CONFIG}=all-3g.71gb" in v.reason
+    assert v.fix.startswith(f"kubectl label node {idle} {nvidia.MIG_CONFIG}=all-3g.71gb")
+    assert v.replay is not None and v.replay["after"]["node"] == idle
+    assert any(f"not tried: node {busy}: running GPU pods" in e for e in v.evidence), v
+
+
+@pytest.mark.timeout(REPLAY_TIMEOUT_S)
+async def test_replayed_an_insufficient_profile_is_idle_gpus_in_another_layout(
+    cluster: Cluster,
+) -> None:
+    await cluster.mig_layouts(REPLAY_LAYOUTS, LAYOUTS_CM)
+    full = await cluster.node("full", MIG_3G, 2, h200_on("all-3g.71gb", "3g.71gb", 2))
+    idle = await cluster.node("idle", MIG_1G, 7, h200_on("all-1g.18gb", "1g.18gb", 7))
+    for i in range(2):
+        await cluster.pod(f"train-{i}", {MIG_3G: "1"}, node=full)
+        await cluster.running(f"train-{i}")
+    await cluster.pod("p", {MIG_3G: "1"})
+    alone, v = await replayed(cluster, "p")
+    # the snapshot alone: "every nvidia.com/mig-3g.71gb is in use", wait or add GPUs
+    assert alone.kind == w.INSUFFICIENT, alone
+    assert v.kind == RESHAPE, v
+    assert f"node {idle} took the pod" in v.reason
+    assert v.replay is not None
+    assert v.replay["before"]["phase"] == "Pending"  # the twin agrees before the relabel
+    assert [(n["node"], n["mig_state"]) for n in v.replay["nodes"]] == [(idle, "success")]
