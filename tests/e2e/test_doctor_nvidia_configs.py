@@ -1,0 +1,132 @@
+"""`kubegpu doctor` on a cluster set up the way NVIDIA documents it (issue 30): the chart
+installed with NVIDIA's own values file unchanged (tests/data/nvidia/gpu-operator-values.yaml:
+`mig.strategy: single`, no device-plugin config), NVIDIA's time-slicing and MPS examples
+(tests/data/nvidia/sharing-configs.yaml, the MPS one without `flags.mpsRoot`, which the
+DaemonSet's MPS_ROOT supplies) chosen by node labels, and `all-1g.18gb` from the default
+mig-parted config the chart ships. Every component runs what it was given, so the doctor
+must find nothing: a finding here is a false alarm (the MPS example used to be reported
+`plugin-config-invalid` on every MPS node).
+
+This module installs its own release (the package's shared one is uninstalled first).
+tests/integration/test_doctor.py breaks a cluster on purpose, one pitfall at a time; the
+unit tests of each false alarm are in tests/unit/test_doctor_checks.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import pytest_asyncio
+import yaml
+from lightkube.resources.core_v1 import ConfigMap
+from typer.testing import CliRunner
+
+from kubegpu.catalog import nvidia
+from kubegpu.cli.app import app
+from kubegpu.doctor.capture import capture
+from kubegpu.doctor.checks import run_checks
+from kubegpu.doctor.facts import plugin_config_of
+from kubegpu.kube.labels import labels_of
+from kubegpu.sim.cluster import NodeEntry
+from kubegpu.sim.controlplane.plane import ControlPlane
+from kubegpu.sim.stack import find_chart
+
+from . import conftest
+from .stack import NAMESPACE, E2EStack, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="package")]
+
+DATA = Path(__file__).parents[1] / "data" / "nvidia"
+MIG_NODE, TS_NODE, MPS_NODE = "nv-h200", "nv-l4", "nv-rtx"
+NODES = [
+    NodeEntry(name=MIG_NODE, gpus="h200-nvl:4"),
+    NodeEntry(name=TS_NODE, gpus="l4:4"),
+    NodeEntry(name=MPS_NODE, gpus="rtx-pro-6000-ws:2;display=compute"),
+    NodeEntry(name="nv-cpu", labels={"node-role.kubernetes.io/control-plane": ""}),
+]
+# what each node advertises once configured: 4 H200 x 7 1g.18gb under `single`; 4 L4 x 4
+# time-sliced replicas and 2 RTX x 10 MPS replicas, neither renamed
+ADVERTISED = {
+    MIG_NODE: {nvidia.GPU_RESOURCE: "28"},
+    TS_NODE: {nvidia.GPU_RESOURCE: "16"},
+    MPS_NODE: {nvidia.GPU_RESOURCE: "20"},
+}
+
+
+def nvidia_values() -> dict[str, Any]:
+    values = yaml.safe_load((DATA / "gpu-operator-values.yaml").read_text())
+    assert isinstance(values, dict)
+    return values
+
+
+def sharing_configs() -> ConfigMap:
+    doc = yaml.safe_load((DATA / "sharing-configs.yaml").read_text())
+    body = {**doc, "metadata": {**doc["metadata"], "namespace": NAMESPACE}}
+    return cast(ConfigMap, ConfigMap.from_dict(body))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="package")
+async def documented(control_plane: ControlPlane) -> AsyncIterator[E2EStack]:
+    await conftest.retire_shared_stack()
+    workdir = Path(tempfile.mkdtemp(prefix="kg-nvdoc-", dir="/tmp"))  # short socket paths
+    stack = E2EStack(
+        control_plane,
+        NODES,
+        workdir,
+        chart=find_chart(),
+        values=nvidia_values(),
+        field_manager="kubegpu-nvidia-configs",
+        lease_interval_s=5.0,
+    )
+    try:
+        await stack.up()
+        yield stack
+    finally:
+        await stack.down()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def gpu_resources(stack: E2EStack, node: str) -> dict[str, str]:
+    alloc = await stack.allocatable(node)
+    return {k: v for k, v in alloc.items() if k.startswith(nvidia.PREFIX)}
+
+
+async def configured(stack: E2EStack) -> bool:
+    for node, want in ADVERTISED.items():
+        if await gpu_resources(stack, node) != want:
+            return False
+    labels = labels_of(await stack.node(MIG_NODE))
+    return labels.get(nvidia.MIG_CONFIG_STATE) == nvidia.MIG_STATE_SUCCESS and await stack.ready()
+
+
+async def test_the_doctor_is_clean_on_nvidias_values_and_documented_configs(
+    documented: E2EStack,
+) -> None:
+    stack = documented
+    await wait_for(stack.ready, timeout=300, what="ClusterPolicy ready with NVIDIA's values")
+    await stack.client.create(sharing_configs())
+    await stack.patch_policy({"devicePlugin": {"config": {"name": "sharing-configs"}}})
+    await stack.label(TS_NODE, {nvidia.DEVICE_PLUGIN_CONFIG: "any"})
+    await stack.label(MPS_NODE, {nvidia.DEVICE_PLUGIN_CONFIG: "mps"})
+    await stack.label(MIG_NODE, {nvidia.MIG_CONFIG: "all-1g.18gb"})
+    await wait_for(lambda: configured(stack), timeout=420, what="every node configured")
+
+    snap = await capture(stack.client, namespace=NAMESPACE, source="sim")
+    # the doctor reads the MPS example as the plugin runs it: with the DaemonSet's MPS_ROOT
+    mps = plugin_config_of(snap, next(n for n in snap.nodes if n.name == MPS_NODE))
+    assert mps.name == "mps" and mps.config is not None, mps
+    assert mps.config.flags.mps_root == "/run/nvidia/mps"
+    findings = run_checks(snap)
+    assert findings == [], "\n".join(f"{f.check} {f.object}: {f.summary}" for f in findings)
+
+    # and the command a user runs says the same (in a thread: it runs its own event loop)
+    result = await asyncio.to_thread(
+        CliRunner().invoke, app, ["doctor", "--kubeconfig", str(stack.kubeconfig), "-n", NAMESPACE]
+    )
+    assert result.exit_code == 0, result.output
