@@ -13,7 +13,16 @@ import pytest
 from kubegpu.catalog import nvidia
 from kubegpu.doctor import replay as r
 from kubegpu.doctor import why as w
-from kubegpu.doctor.snapshot import ConfigMapInfo, CustomObject, NodeInfo, PodInfo, Snapshot, Taint
+from kubegpu.doctor.snapshot import (
+    ClaimRequestInfo,
+    ConfigMapInfo,
+    CustomObject,
+    NodeInfo,
+    PodInfo,
+    ResourceClaimInfo,
+    Snapshot,
+    Taint,
+)
 from kubegpu.whatif.pod_replay import explain
 
 MIG_1G = "nvidia.com/mig-1g.18gb"
@@ -75,6 +84,20 @@ def snap(*objects: NodeInfo | PodInfo, policy: bool = True) -> Snapshot:
         config_maps=(layouts,),
         cluster_policies=(POLICY,) if policy else (),
     )
+
+
+def with_claim(s: Snapshot) -> Snapshot:
+    """The pending pod also holds a claim whose request selects nothing in particular."""
+    pods = tuple(
+        p.model_copy(update={"claims": ("gpu",), "claim_objects": ("gpu-claim",)})
+        if p.name == "p"
+        else p
+        for p in s.pods
+    )
+    claim = ResourceClaimInfo(
+        namespace="team", name="gpu-claim", requests=(ClaimRequestInfo(name="gpu"),)
+    )
+    return s.model_copy(update={"pods": pods, "resource_claims": (claim,)})
 
 
 def plan_of(s: Snapshot) -> r.ReplayPlan | None:
@@ -162,6 +185,7 @@ def test_at_most_max_tries_nodes_are_relabelled() -> None:
         pytest.param("no idle gpu", id="every MIG GPU holds a pod"),
         pytest.param("not mig", id="a whole-GPU request is not a layout question"),
         pytest.param("model lacks it", id="no GPU model of the cluster has the profile"),
+        pytest.param("claims", id="the twin does not recreate resource claims"),
     ],
 )
 def test_no_replay_where_the_twin_has_nothing_to_try(case: str) -> None:
@@ -174,6 +198,7 @@ def test_no_replay_where_the_twin_has_nothing_to_try(case: str) -> None:
             pending(nvidia.GPU_RESOURCE),
         ),
         "model lacks it": snap(h200("idle"), pending("nvidia.com/mig-1g.10gb")),
+        "claims": with_claim(snap(h200("idle"), pending(MIG_1G))),
     }[case]
     assert plan_of(s) is None
 

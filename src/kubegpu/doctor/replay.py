@@ -128,7 +128,8 @@ def replay_plan(snapshot: Snapshot, verdict: w.Verdict) -> ReplayPlan | None:
       running GPU pods is never tried (the MIG manager will not repartition a GPU in use).
     - `scheduler-says` (no GPU reason in the snapshot): the twin as the snapshot is, to
       see whether its scheduler places the pod on the same GPUs.
-    A twin needs the GPU stack: without a ClusterPolicy or GPUCluster there is no replay.
+    A twin needs the GPU stack: without a ClusterPolicy or GPUCluster there is no replay;
+    nor for a pod with resource claims, which the twin does not recreate.
     """
     if not (snapshot.cluster_policies or snapshot.gpu_clusters):
         return None
@@ -136,6 +137,8 @@ def replay_plan(snapshot: Snapshot, verdict: w.Verdict) -> ReplayPlan | None:
         pod = w.find_pod(snapshot, verdict.pod)
     except w.WhyError:
         return None
+    if pod.claims:
+        return None  # the twin does not recreate resource claims
     if verdict.kind == w.SCHEDULER:
         return ReplayPlan(
             pod.key,
