@@ -282,4 +282,5 @@ def test_every_kind_has_a_test_here() -> None:
 
 def test_json_has_the_verdicts_fields() -> None:
     v = verdict(snap(gpus("a", 1), pod("p", nvidia__gpu="2")))
-    assert set(v.to_json()) == {"pod", "kind", "reason", "evidence", "fix"}
+    assert set(v.to_json()) == {"pod", "kind", "reason", "evidence", "fix", "replay"}
+    assert v.to_json()["replay"] is None  # judged from the snapshot alone
