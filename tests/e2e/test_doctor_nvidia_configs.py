@@ -1,9 +1,10 @@
 """`kubegpu doctor` on a cluster set up the way NVIDIA documents it (issue 30): the chart
 installed with NVIDIA's own values file unchanged (tests/data/nvidia/gpu-operator-values.yaml:
 `mig.strategy: single`, no device-plugin config), NVIDIA's time-slicing and MPS examples
-(tests/data/nvidia/sharing-configs.yaml, the MPS one without `flags.mpsRoot`, which the
-DaemonSet's MPS_ROOT supplies) chosen by node labels, and `all-1g.18gb` from the default
-mig-parted config the chart ships. Every component runs what it was given, so the doctor
+(tests/data/nvidia/sharing-configs.yaml: time-slicing the default, as NVIDIA's docs patch
+the ClusterPolicy; MPS by a node label, without `flags.mpsRoot`, which the DaemonSet's
+MPS_ROOT supplies), and `all-1g.18gb` from the default mig-parted config the chart ships
+(its MIG devices time-sliced too, under `single`). Every component runs what it was given, so the doctor
 must find nothing: a finding here is a false alarm (the MPS example used to be reported
 `plugin-config-invalid` on every MPS node).
 
@@ -50,12 +51,14 @@ NODES = [
     NodeEntry(name=MPS_NODE, gpus="rtx-pro-6000-ws:2;display=compute"),
     NodeEntry(name="nv-cpu", labels={"node-role.kubernetes.io/control-plane": ""}),
 ]
-# what each node advertises once configured: 4 H200 x 7 1g.18gb under `single`; 4 L4 x 4
-# time-sliced replicas and 2 RTX x 10 MPS replicas, neither renamed
+# what each node advertises once configured, every config's replicas under nvidia.com/gpu
+# (no rename): the time-slicing default on the H200's 4 x 7 1g.18gb MIG devices (`single`
+# advertises them as nvidia.com/gpu) and the 4 L4s, 4 replicas each; MPS, 10 replicas of
+# each of the 2 RTX cards
 ADVERTISED = {
-    MIG_NODE: {nvidia.GPU_RESOURCE: "28"},
-    TS_NODE: {nvidia.GPU_RESOURCE: "16"},
-    MPS_NODE: {nvidia.GPU_RESOURCE: "20"},
+    MIG_NODE: {nvidia.GPU_RESOURCE: str(4 * 7 * 4)},
+    TS_NODE: {nvidia.GPU_RESOURCE: str(4 * 4)},
+    MPS_NODE: {nvidia.GPU_RESOURCE: str(2 * 10)},
 }
 
 
@@ -111,8 +114,10 @@ async def test_the_doctor_is_clean_on_nvidias_values_and_documented_configs(
     stack = documented
     await wait_for(stack.ready, timeout=300, what="ClusterPolicy ready with NVIDIA's values")
     await stack.client.create(sharing_configs())
-    await stack.patch_policy({"devicePlugin": {"config": {"name": "sharing-configs"}}})
-    await stack.label(TS_NODE, {nvidia.DEVICE_PLUGIN_CONFIG: "any"})
+    # NVIDIA's documented patch: the ConfigMap, `any` the default; the MPS node by its label
+    await stack.patch_policy(
+        {"devicePlugin": {"config": {"name": "sharing-configs", "default": "any"}}}
+    )
     await stack.label(MPS_NODE, {nvidia.DEVICE_PLUGIN_CONFIG: "mps"})
     await stack.label(MIG_NODE, {nvidia.MIG_CONFIG: "all-1g.18gb"})
     await wait_for(lambda: configured(stack), timeout=420, what="every node configured")
