@@ -246,8 +246,11 @@ def replayed(verdict: w.Verdict, plan: ReplayPlan, result: ReplayResult) -> w.Ve
                 base,
                 kind=RESHAPE,
                 reason=f"the GPUs to run it exist in another MIG layout: on the twin, node "
-                f"{took.node} took the pod once labelled {labels} (the scheduler's "
-                f"'{verdict.kind}' is the symptom)",
+                f"{took.node} took the pod once labelled {labels}",
+                evidence=(
+                    f"from the snapshot alone ({verdict.kind}): {verdict.reason}",
+                    *base.evidence,
+                ),
                 fix=f"kubectl label node {took.node} {labels} --overwrite, and wait for "
                 f"{nvidia.MIG_CONFIG_STATE}=success (`kubegpu plan --from-snapshot` finds "
                 "the smallest change for every Pending pod)",
