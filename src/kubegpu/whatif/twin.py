@@ -47,7 +47,7 @@ from kubegpu.whatif.report import (
     TwinState,
     build_report,
 )
-from kubegpu.whatif.twin_spec import TWIN_IMAGE, TwinSpec, mig_layouts
+from kubegpu.whatif.twin_spec import TWIN_IMAGE, TwinPod, TwinSpec, mig_layouts
 
 Say = Callable[[str], None]
 RESOURCES = {"ClusterPolicy": ClusterPolicyResource, "GPUCluster": GPUClusterResource}
@@ -118,23 +118,12 @@ class Twin:
                 await self.client.create(Namespace(metadata=ObjectMeta(name=ns)))
         for ns in sorted(namespaces):
             await _wait(f"namespace {ns} ready for pods", self._service_account(ns), timeout=60)
-        for p in self.spec.pods:
-            spec: dict[str, Any] = {
-                "containers": [
-                    {
-                        "name": "workload",
-                        "image": TWIN_IMAGE,
-                        "resources": {"limits": dict(p.resources)},
-                    }
-                ],
-                "terminationGracePeriodSeconds": 0,
-            }
-            if p.node:
-                spec["nodeName"] = p.node  # where it runs, holding devices there
-            body = {"metadata": {"name": p.name, "labels": dict(p.labels)}, "spec": spec}
-            await self.client.create(Pod.from_dict(body), namespace=p.namespace)
         running = [p for p in self.spec.pods if p.node]
-        self.say(f"recreated {len(self.spec.pods)} workload pod(s)")
+        # the running pods first, holding their devices, before a Pending one is created:
+        # the scheduler could otherwise bind it to a device a running pod held in the source
+        for p in running:
+            await self._create_pod(p)
+        self.say(f"recreated {len(running)} running workload pod(s)")
 
         async def all_running() -> bool:
             for p in running:
@@ -148,6 +137,26 @@ class Twin:
             return True
 
         await _wait("the workload pods running", all_running, timeout=timeout)
+        pending = [p for p in self.spec.pods if not p.node]
+        for p in pending:
+            await self._create_pod(p)
+        self.say(f"recreated {len(pending)} Pending workload pod(s)")
+
+    async def _create_pod(self, p: TwinPod) -> None:
+        spec: dict[str, Any] = {
+            "containers": [
+                {
+                    "name": "workload",
+                    "image": TWIN_IMAGE,
+                    "resources": {"limits": dict(p.resources)},
+                }
+            ],
+            "terminationGracePeriodSeconds": 0,
+        }
+        if p.node:
+            spec["nodeName"] = p.node  # where it runs, holding devices there
+        body = {"metadata": {"name": p.name, "labels": dict(p.labels)}, "spec": spec}
+        await self.client.create(Pod.from_dict(body), namespace=p.namespace)
 
     def _service_account(self, ns: str) -> Callable[[], Awaitable[bool]]:
         """Whether `ns` has its default ServiceAccount: before it, pods are refused."""
