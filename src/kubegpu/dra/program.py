@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubegpu.catalog import nvidia
+from kubegpu.cdi.nodes import present_control_devices
 from kubegpu.dra.config import DraConfigError, FeatureGates
 from kubegpu.dra.dynamic import MigWriter
 from kubegpu.dra.exclusive import device_plugin_sockets
@@ -44,8 +45,6 @@ from kubegpu.nvml import Nvml, NvmlError
 
 log = logging.getLogger("kubegpu.dra")
 
-CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-
 
 @dataclass(frozen=True)
 class DraPluginFlags:
@@ -57,6 +56,7 @@ class DraPluginFlags:
     device_plugin_dir: Path | None = Path(DEVICE_PLUGIN_PATH)  # None: do not check
     feature_gates: str | None = None
     driver_root: Path = Path("/")
+    container_driver_root: Path = Path("/driver-root")
     dev_root: Path = Path("/")
     poll_s: float = 1.0
 
@@ -163,9 +163,8 @@ class DraPluginProgram:
             gates=self.gates,
             driver_root=f.driver_root,
             dev_root=str(dev_root),
-            control_devices=tuple(
-                p for p in CONTROL_DEVICES if (dev_root / p.lstrip("/")).exists()
-            ),
+            container_driver_root=f.container_driver_root,
+            control_devices=present_control_devices(dev_root),
         )
 
     def _refresh(self, nvml: Nvml) -> None:
