@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 import pytest
 
+from kubegpu.cdi.registry import Registry
 from kubegpu.dra.checkpoint import CheckpointFile, ClaimRecord, PreparedDevice, State
 from kubegpu.dra.partitions import Pool
 from kubegpu.dra.program import DraPluginFlags, DraPluginProgram
@@ -315,7 +316,11 @@ async def test_prepare_writes_a_cdi_spec_and_unprepare_removes_it(
         "u-2-gpu-0": [f"NVIDIA_VISIBLE_DEVICES={uuids['gpu-0']}"],
         "u-2-gpu-1": [f"NVIDIA_VISIBLE_DEVICES={uuids['gpu-1']}"],
     }
-    assert spec["containerEdits"]["env"] == ["KUBEGPU_DRA_CLAIM=ml/two"]
+    # nvcdi voids NVIDIA_VISIBLE_DEVICES spec-wide; each device names its GPU again
+    assert spec["containerEdits"]["env"] == [
+        "NVIDIA_VISIBLE_DEVICES=void",
+        "KUBEGPU_DRA_CLAIM=ml/two",
+    ]
     assert node.checkpoint()["u-2"].state is State.PREPARE_COMPLETED
 
     # the kubelet retries a call it got no answer for: same devices, nothing redone
@@ -475,7 +480,8 @@ async def test_gpu_test5_each_sharing_config_reaches_only_its_own_gpu(
     assert got.error == ""
     ids = {d.request_names[0]: list(d.cdi_device_ids) for d in got.devices}
     specs = [json.loads(node.cdi_spec("u-5").read_text())]
-    ts_env, mps_env = (cdi_env(ids[r], specs) for r in ("ts-gpu", "mps-gpu"))
+    registry = Registry.scan([node.root / "cdi"])
+    ts_env, mps_env = (cdi_env(ids[r], registry) for r in ("ts-gpu", "mps-gpu"))
     pipe = node.plugin_dir / "mps" / "u-5" / "pipe"
     assert ts_env["KUBEGPU_DRA_TIMESLICE_INTERVAL"] == "Long"
     assert "CUDA_MPS_PIPE_DIRECTORY" not in ts_env

@@ -44,9 +44,12 @@ class Resolved:
     devices: tuple[Found, ...] = ()
     edits: ContainerEdits = field(default_factory=ContainerEdits)
     unresolved: tuple[str, ...] = ()
+    invalid: tuple[str, ...] = ()  # not of the form vendor/class=name
 
     def error(self, failures: Iterable[str] = ()) -> str | None:
         """The runtime's refusal, or None when every name resolved."""
+        if self.invalid:
+            return "; ".join(f'invalid CDI device name "{n}"' for n in self.invalid)
         if not self.unresolved:
             return None
         text = "CDI device injection failed: unresolvable CDI devices " + ", ".join(self.unresolved)
@@ -110,19 +113,20 @@ class Registry:
     def resolve(self, names: Sequence[str]) -> Resolved:
         found: list[Found] = []
         unresolved: list[str] = []
+        invalid: list[str] = []
         for name in dict.fromkeys(names):
             try:
                 parse_name(name)
             except ValueError:
-                unresolved.append(name)
+                invalid.append(name)
                 continue
             hit = self.get(name)
             if hit is None:
                 unresolved.append(name)
             else:
                 found.append(hit)
-        if unresolved:
-            return Resolved(unresolved=tuple(unresolved))
+        if unresolved or invalid:
+            return Resolved(unresolved=tuple(unresolved), invalid=tuple(invalid))
         spec_edits: list[ContainerEdits] = []
         seen: list[Spec] = []
         for f in found:
