@@ -119,7 +119,11 @@ def test_cdi_devices_are_the_device_nodes_of_the_spec_and_no_driver_unless_mount
 
 def test_an_undefined_cdi_device_fails_with_the_runtimes_words() -> None:
     got = inject(
-        nvidia_handler=False, env={}, cdi_names=["nvidia.com/gpu=7"], cdi_specs=registry(SPEC), gpus=GPUS
+        nvidia_handler=False,
+        env={},
+        cdi_names=["nvidia.com/gpu=7"],
+        cdi_specs=registry(SPEC),
+        gpus=GPUS,
     )
     assert got.error == "CDI device injection failed: unresolvable CDI devices nvidia.com/gpu=7"
 
@@ -163,3 +167,41 @@ def test_an_unknown_capability_is_the_runtimes_refusal() -> None:
         "unsupported capabilities found in 'compute,warp' "
         "(allowed 'compute,compat32,graphics,utility,video,display,ngx')"
     )
+
+
+def test_a_cdi_device_brings_the_drivers_files_when_the_spec_mounts_them(
+    tmp_path: Path,
+) -> None:
+    """The device plugin's spec, built from a driver on the node's root, gives a container
+    nvidia-smi and libcuda; the same spec built on a node without a driver gives neither."""
+    from kubegpu.cdi.build import common_edits, gpu_devices, node_spec
+    from kubegpu.cdi.driver import driver_edits, find_driver_files
+    from kubegpu.cdi.spec import to_json
+
+    lib = tmp_path / "usr/lib64"
+    lib.mkdir(parents=True)
+    (lib / "libcuda.so.550.1").write_text("elf")
+    (tmp_path / "usr/bin").mkdir()
+    (tmp_path / "usr/bin/nvidia-smi").write_text("#!")
+
+    class G:
+        def __init__(self, i: int, uuid: str) -> None:
+            self.index, self.uuid, self.mig_devices = i, uuid, ()
+
+    gpus = [G(0, "GPU-aaaa"), G(1, "GPU-bbbb")]
+    for root, driver in ((tmp_path, True), (tmp_path / "none", False)):
+        edits = driver_edits(find_driver_files(root))
+        spec = node_spec(
+            "k8s.device-plugin.nvidia.com/gpu", gpu_devices(gpus), common_edits(driver=edits)
+        )
+        got = inject(
+            nvidia_handler=False,
+            env={},
+            cdi_names=["k8s.device-plugin.nvidia.com/gpu=1"],
+            cdi_specs=registry(to_json(spec)),
+            gpus=GPUS,
+        )
+        assert got.devices == ("GPU-bbbb",)
+        assert got.has_program("nvidia-smi") is driver
+        assert got.has_program("vectorAdd") is driver
+        assert got.edits.env_map()["NVIDIA_VISIBLE_DEVICES"] == "void"
