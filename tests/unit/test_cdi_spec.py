@@ -97,7 +97,7 @@ GOOD = {
         ({"cdiVersion": "0.2.0"}, "cdiVersion", "0.2.0", "not one of"),
         ({"cdiVersion": "0.4.0"}, "cdiVersion", "0.4.0", "must be at least v0.5.0"),
         (
-            {"devices": [GOOD["devices"][0], GOOD["devices"][0]]},  # type: ignore[index]
+            {"devices": [GOOD["devices"][0], GOOD["devices"][0]]},
             "devices[1].name",
             "0",
             "duplicate device",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from kubegpu.sim.runtime.injection import (
 )
 
 
-def registry(*docs: dict[str, object]) -> Registry:
+def registry(*docs: Mapping[str, object]) -> Registry:
     reg = Registry()
     for i, doc in enumerate(docs):
         reg.add(Path(f"/var/run/cdi/spec{i}.json"), parse_spec(doc, f"spec{i}"))
