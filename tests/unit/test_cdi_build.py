@@ -17,7 +17,7 @@ from kubegpu.cdi.build import (
     node_spec,
     write_spec,
 )
-from kubegpu.cdi.driver import driver_edits, find_driver_files
+from kubegpu.cdi.driver import driver_edits, find_driver_files, hook_path
 from kubegpu.cdi.nodes import CONTROL_DEVICES, present_control_devices
 from kubegpu.cdi.spec import Hook, load, to_json
 from kubegpu.sharing.devices import GpuFacts, MigFacts
@@ -229,3 +229,8 @@ def test_a_spec_is_written_atomically_and_reads_back_the_same(tmp_path: Path) ->
         "k8s.device-plugin.nvidia.com-gpu.json",
         "management.nvidia.com-gpu.yaml",
     ]
+
+
+def test_the_hook_binary_is_the_toolkits_unless_the_operator_names_another() -> None:
+    assert hook_path({}) == "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
+    assert hook_path({"NVIDIA_CDI_HOOK_PATH": "/opt/t/nvidia-cdi-hook"}) == "/opt/t/nvidia-cdi-hook"

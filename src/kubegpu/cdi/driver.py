@@ -24,6 +24,7 @@ and the version found only in `etc/ld.so.cache`.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,8 @@ MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "rbind", "rprivate")
 IPC_OPTIONS = ("nosuid", "nodev", "rbind", "rprivate", "noexec")
 #: The hook binary GPU operator's toolkit installs (`<ROOT>/toolkit`, ROOT /usr/local/nvidia).
 DEFAULT_HOOK_PATH = "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
+#: Env var naming the hook binary instead (GPU operator sets it for its operands).
+HOOK_PATH_ENV = "NVIDIA_CDI_HOOK_PATH"
 HOOK_ENV = ("NVIDIA_CTK_DEBUG=false",)
 ENV_LIBCUDA_DIR = "NVIDIA_CTK_LIBCUDA_DIR"
 
@@ -150,6 +153,11 @@ def find_driver_files(root: Path) -> DriverFiles:
         ipc=ipc,
         libcuda_dir=libcuda_dir,
     )
+
+
+def hook_path(environ: Mapping[str, str]) -> str:
+    """The hook binary the specs name: `NVIDIA_CDI_HOOK_PATH`, else the toolkit's."""
+    return environ.get(HOOK_PATH_ENV) or DEFAULT_HOOK_PATH
 
 
 def _container(rel: str) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from lightkube import AsyncClient
 from kubegpu.base.tasks import cancel_all, finish_even_if_cancelled, start_kept
 from kubegpu.catalog import nvidia
 from kubegpu.cdi.build import common_edits, node_spec, write_spec
-from kubegpu.cdi.driver import driver_edits, find_driver_files
+from kubegpu.cdi.driver import driver_edits, find_driver_files, hook_path
 from kubegpu.cdi.spec import file_name
 from kubegpu.device_plugin.annotate import PodAnnotator
 from kubegpu.device_plugin.discovery import NodeFacts, read_node
@@ -352,7 +353,9 @@ class DevicePlugin:
             return
         flags = config.flags
         driver = driver_edits(
-            find_driver_files(self.options.container_driver_root), flags.nvidia_driver_root
+            find_driver_files(self.options.container_driver_root),
+            flags.nvidia_driver_root,
+            hook_path(os.environ),
         )
         common = common_edits(facts.control_devices, flags.dev_root, driver)
         spec = node_spec(CDI_KIND, facts.devices, common, flags.dev_root)

@@ -41,7 +41,7 @@ from kubegpu.cdi.build import (
     temporary_path,
     write_spec,
 )
-from kubegpu.cdi.driver import driver_edits, find_driver_files
+from kubegpu.cdi.driver import DEFAULT_HOOK_PATH, driver_edits, find_driver_files
 from kubegpu.cdi.nodes import MIG_MINORS, gpu_node, mig_cap_nodes, read_mig_minors
 from kubegpu.dra.checkpoint import (
     Checkpoint,
@@ -84,6 +84,7 @@ class PrepareSettings:
     driver_root: Path = Path("/")  # the driver root on the host (MIG capability table)
     # where this process sees the driver's files (their host paths: under driver_root)
     container_driver_root: Path = Path("/driver-root")
+    hook_path: str = DEFAULT_HOOK_PATH  # the nvidia-cdi-hook binary the specs name
     dev_root: str = "/"
     control_devices: tuple[str, ...] = ()
 
@@ -254,7 +255,9 @@ class Preparer:
                         (str(pipe),),
                     )
                 )
-            driver = driver_edits(find_driver_files(s.container_driver_root), str(s.driver_root))
+            driver = driver_edits(
+                find_driver_files(s.container_driver_root), str(s.driver_root), s.hook_path
+            )
             spec = claim_spec(
                 ref.uid,
                 spec_devices,

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from kubegpu.catalog import nvidia
+from kubegpu.cdi.driver import hook_path
 from kubegpu.cdi.nodes import present_control_devices
 from kubegpu.dra.config import DraConfigError, FeatureGates
 from kubegpu.dra.dynamic import MigWriter
@@ -164,6 +166,7 @@ class DraPluginProgram:
             driver_root=f.driver_root,
             dev_root=str(dev_root),
             container_driver_root=f.container_driver_root,
+            hook_path=hook_path(os.environ),
             control_devices=present_control_devices(dev_root),
         )
 

@@ -32,6 +32,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -45,7 +46,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from kubegpu.base.tasks import cancel_all, start_kept
 from kubegpu.catalog import nvidia
 from kubegpu.cdi.build import common_edits, gpu_devices, node_spec, write_spec
-from kubegpu.cdi.driver import driver_edits, find_driver_files
+from kubegpu.cdi.driver import driver_edits, find_driver_files, hook_path
 from kubegpu.cdi.nodes import MIG_MINORS, present_control_devices, read_mig_minors
 from kubegpu.cdi.spec import ContainerEdits, Spec, file_name
 from kubegpu.kube.labels import (
@@ -683,7 +684,11 @@ def management_spec(nvml: Nvml, mig_minors: dict[str, int], common: ContainerEdi
 def write_management_spec(
     nvml: Nvml, settings: MigManagerSettings, mig_minors: Path = Path("/") / MIG_MINORS
 ) -> Path:
-    driver = driver_edits(find_driver_files(settings.container_driver_root), settings.driver_root)
+    driver = driver_edits(
+        find_driver_files(settings.container_driver_root),
+        settings.driver_root,
+        hook_path(os.environ),
+    )
     common = common_edits(present_control_devices(Path("/")), "/", driver)
     spec = management_spec(nvml, read_mig_minors(mig_minors), common)
     return write_spec(settings.cdi_dir, MANAGEMENT_SPEC_FILE, spec)
