@@ -132,6 +132,7 @@ class Node:
             cdi_root=self.root / "cdi",
             device_plugin_dir=self.root / "device-plugins",
             feature_gates=self.gates,
+            container_driver_root=self.root / "driver-root",
             poll_s=0.05,
         )
 
@@ -290,6 +291,31 @@ async def test_a_mig_layout_change_and_a_lost_gpu_show_up_in_the_slice(
 
 
 # --- prepare / unprepare ---------------------------------------------------------------------
+
+
+async def test_a_claims_spec_mounts_the_drivers_files_found_under_the_driver_root(
+    node: Node, running: DraPluginProgram, kubelet: Kubelet
+) -> None:
+    lib = node.root / "driver-root/usr/lib64"
+    lib.mkdir(parents=True)
+    (lib / "libcuda.so.570.86.15").write_text("elf")
+    (node.root / "driver-root/usr/bin").mkdir(parents=True)
+    (node.root / "driver-root/usr/bin/nvidia-smi").write_text("#!")
+    stub = kubelet.dra(await kubelet.register())
+    claim = node.api.add("one", "u-d", [("gpus", "gpu-0")])
+    assert (await prepare(stub, claim)).claims["u-d"].error == ""
+    edits = json.loads(node.cdi_spec("u-d").read_text())["containerEdits"]
+    assert [(m["hostPath"], m["containerPath"]) for m in edits["mounts"]] == [
+        ("/usr/lib64/libcuda.so.570.86.15", "/usr/lib64/libcuda.so.570.86.15"),
+        ("/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi"),
+    ]
+    assert [h["args"][1] for h in edits["hooks"]] == [
+        "create-symlinks",
+        "enable-cuda-compat",
+        "update-ldcache",
+        "disable-device-node-modification",
+    ]
+    assert "NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64" in edits["env"]
 
 
 async def test_prepare_writes_a_cdi_spec_and_unprepare_removes_it(

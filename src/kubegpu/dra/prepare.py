@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,6 +44,7 @@ from kubegpu.cdi.build import (
 )
 from kubegpu.cdi.driver import DEFAULT_HOOK_PATH, driver_edits, find_driver_files
 from kubegpu.cdi.nodes import MIG_MINORS, gpu_node, mig_cap_nodes, read_mig_minors
+from kubegpu.cdi.spec import ContainerEdits
 from kubegpu.dra.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -65,6 +67,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LOCK_TIMEOUT_S = 10.0
+DRIVER_CACHE_S = 300.0  # how long the driver's files found are used before a new look
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ class Preparer:
         self.checkpoint = CheckpointFile(settings.plugin_dir / "checkpoint.json")
         self._lock = asyncio.Lock()
         self._file_lock = FileLock(str(settings.plugin_dir / "checkpoint.lock"))
+        self._driver: tuple[float, ContainerEdits] | None = None  # (when found, edits)
 
     # -- the two calls --------------------------------------------------------------------
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
@@ -255,9 +259,7 @@ class Preparer:
                         (str(pipe),),
                     )
                 )
-            driver = driver_edits(
-                find_driver_files(s.container_driver_root), str(s.driver_root), s.hook_path
-            )
+            driver = self._driver_edits()
             spec = claim_spec(
                 ref.uid,
                 spec_devices,
@@ -316,6 +318,17 @@ class Preparer:
             return (gpu,)
         table = read_mig_minors(self.settings.driver_root / MIG_MINORS)
         return (gpu, *mig_cap_nodes(table, device.gpu_minor, gi, ci))
+
+    def _driver_edits(self) -> ContainerEdits:
+        """The driver's files and hooks, looked up again after DRIVER_CACHE_S (as upstream
+        caches its common edits), or at once while none was found (a containerized driver
+        not mounted yet)."""
+        now = time.monotonic()
+        if self._driver is None or not self._driver[1] or now - self._driver[0] > DRIVER_CACHE_S:
+            s = self.settings
+            files = find_driver_files(s.container_driver_root)
+            self._driver = (now, driver_edits(files, str(s.driver_root), s.hook_path))
+        return self._driver[1]
 
     def _mps_directory(self, uid: str) -> Path:
         return self.settings.plugin_dir / "mps" / uid
