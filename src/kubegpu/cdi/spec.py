@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from kubegpu.base.loader import InputError, check_size, excerpt, parse_yaml
+
 Json = dict[str, Any]
 
 #: The versions of the CDI format, oldest first.
@@ -33,12 +35,20 @@ _CLASS = _VENDOR
 _DEVICE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 
 
-class SpecError(ValueError):
-    """A spec refused: which file, which field, which value, and why."""
+class SpecError(InputError):
+    """A spec refused: which file, which field, which value (cut short), and why."""
 
     def __init__(self, source: str, field_path: str, value: object, reason: str) -> None:
         self.source, self.field, self.value, self.reason = source, field_path, value, reason
-        super().__init__(f"CDI spec {source}: {field_path}: {value!r}: {reason}")
+        super().__init__(f"CDI spec {source}: {field_path}: {excerpt(value)}: {reason}")
+
+
+class _Undecodable(SpecError):
+    """The file is not JSON/YAML at all (the shape `base.loader` reports errors in)."""
+
+    def __init__(self, message: str) -> None:
+        source, _, reason = message.partition(": ")
+        super().__init__(source, "(document)", None, reason or message)
 
 
 @dataclass(frozen=True)
@@ -489,12 +499,13 @@ def parse_spec(data: object, source: str) -> Spec:
 
 def loads(text: str, source: str, suffix: str) -> Spec:
     """Parse a spec file's text (`suffix` .json or .yaml); SpecError when it is invalid."""
+    if suffix != ".json":  # bounded: size, depth, values, duplicate keys (base.loader)
+        return parse_spec(parse_yaml(text, source, _Undecodable), source)
+    check_size(text, source, _Undecodable)
     try:
-        data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise SpecError(
-            source, "(document)", text[:40], f"not {suffix[1:].upper()}: {exc}"
-        ) from None
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise SpecError(source, "(document)", None, f"not JSON: {excerpt(str(exc), 120)}") from None
     return parse_spec(data, source)
 
 
