@@ -34,7 +34,7 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from integration.dra_stack import DraCluster, DraPlugin, environ
 from kube_objects import meta
 from kubegpu.catalog import nvidia
-from kubegpu.dra.cdi import spec_file_name
+from kubegpu.cdi.build import claim_file_name
 from kubegpu.mig.parted import read_node
 from kubegpu.nvml.interface import Nvml
 from kubegpu.nvml.sim import SimNvml
@@ -228,7 +228,7 @@ def _checkpoint_and_specs(chaos: DraChaos, claims: Mapping[str, ClaimView]) -> l
     problems += [
         f"checkpoint lacks claim {c.name}" for uid, c in claims.items() if uid not in checkpoint
     ]
-    want = {spec_file_name(uid): c for uid, c in claims.items()}
+    want = {claim_file_name(uid): c for uid, c in claims.items()}
     files = chaos.spec_files()
     problems += [f"stray file in the CDI root: {p.name}" for p in files if p.name not in want]
     for name, c in want.items():

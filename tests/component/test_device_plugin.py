@@ -178,6 +178,7 @@ async def start() -> AsyncIterator[Start]:
             "plugin_dir": root / "dp",
             "kubelet_socket": root / "dp/kubelet.sock",
             "cdi_root": root / "cdi",
+            "container_driver_root": root / "driver-root",  # no driver there unless a test puts one
             "poll_s": 0.05,
             "retry_s": 0.2,
             "event_wait_s": 0.1,
@@ -368,6 +369,38 @@ async def test_cdi_strategies_and_the_cdi_spec(start: Start) -> None:
     names = {d["name"] for d in spec["devices"]}
     assert names == {nvml.device(0).uuid, u, "0", "1", "all"}
     assert "NVIDIA_VISIBLE_DEVICES=void" in spec["containerEdits"]["env"]
+
+
+async def test_the_cdi_spec_mounts_the_drivers_files_from_the_host_driver_root(
+    start: Start, tmp_path: Path
+) -> None:
+    """Found where the container sees the driver (`/driver-root`), mounted from where the
+    host has it (`nvidiaDriverRoot`, here a containerized driver's /run/nvidia/driver)."""
+    root = tmp_path / "driver-root"
+    (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
+    (root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.570.86.15").write_text("elf")
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/nvidia-smi").write_text("#!")
+    plugin, _, _ = await start(
+        "h100-80gb:1",
+        "flags: {nvidiaDriverRoot: /run/nvidia/driver}",
+        container_driver_root=root,
+    )
+    assert plugin.options.cdi_root is not None
+    spec = json.loads(
+        (plugin.options.cdi_root / "k8s.device-plugin.nvidia.com-gpu.json").read_text()
+    )
+    mounts = {m["containerPath"]: m["hostPath"] for m in spec["containerEdits"]["mounts"]}
+    assert mounts == {
+        "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.570.86.15": (
+            "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.570.86.15"
+        ),
+        "/usr/bin/nvidia-smi": "/run/nvidia/driver/usr/bin/nvidia-smi",
+    }
+    hooks = [h["args"][1] for h in spec["containerEdits"]["hooks"]]
+    # no libcuda: no libcuda.so link to create
+    assert hooks == ["enable-cuda-compat", "update-ldcache", "disable-device-node-modification"]
+    assert all("mounts" not in d["containerEdits"] for d in spec["devices"])
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 import pytest
 
+from kubegpu.cdi.registry import Registry
 from kubegpu.dra.checkpoint import CheckpointFile, ClaimRecord, PreparedDevice, State
 from kubegpu.dra.partitions import Pool
 from kubegpu.dra.program import DraPluginFlags, DraPluginProgram
@@ -131,6 +132,7 @@ class Node:
             cdi_root=self.root / "cdi",
             device_plugin_dir=self.root / "device-plugins",
             feature_gates=self.gates,
+            container_driver_root=self.root / "driver-root",
             poll_s=0.05,
         )
 
@@ -291,6 +293,31 @@ async def test_a_mig_layout_change_and_a_lost_gpu_show_up_in_the_slice(
 # --- prepare / unprepare ---------------------------------------------------------------------
 
 
+async def test_a_claims_spec_mounts_the_drivers_files_found_under_the_driver_root(
+    node: Node, running: DraPluginProgram, kubelet: Kubelet
+) -> None:
+    lib = node.root / "driver-root/usr/lib64"
+    lib.mkdir(parents=True)
+    (lib / "libcuda.so.570.86.15").write_text("elf")
+    (node.root / "driver-root/usr/bin").mkdir(parents=True)
+    (node.root / "driver-root/usr/bin/nvidia-smi").write_text("#!")
+    stub = kubelet.dra(await kubelet.register())
+    claim = node.api.add("one", "u-d", [("gpus", "gpu-0")])
+    assert (await prepare(stub, claim)).claims["u-d"].error == ""
+    edits = json.loads(node.cdi_spec("u-d").read_text())["containerEdits"]
+    assert [(m["hostPath"], m["containerPath"]) for m in edits["mounts"]] == [
+        ("/usr/lib64/libcuda.so.570.86.15", "/usr/lib64/libcuda.so.570.86.15"),
+        ("/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi"),
+    ]
+    assert [h["args"][1] for h in edits["hooks"]] == [
+        "create-symlinks",
+        "enable-cuda-compat",
+        "update-ldcache",
+        "disable-device-node-modification",
+    ]
+    assert "NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64" in edits["env"]
+
+
 async def test_prepare_writes_a_cdi_spec_and_unprepare_removes_it(
     node: Node, running: DraPluginProgram, kubelet: Kubelet
 ) -> None:
@@ -315,7 +342,11 @@ async def test_prepare_writes_a_cdi_spec_and_unprepare_removes_it(
         "u-2-gpu-0": [f"NVIDIA_VISIBLE_DEVICES={uuids['gpu-0']}"],
         "u-2-gpu-1": [f"NVIDIA_VISIBLE_DEVICES={uuids['gpu-1']}"],
     }
-    assert spec["containerEdits"]["env"] == ["KUBEGPU_DRA_CLAIM=ml/two"]
+    # nvcdi voids NVIDIA_VISIBLE_DEVICES spec-wide; each device names its GPU again
+    assert spec["containerEdits"]["env"] == [
+        "NVIDIA_VISIBLE_DEVICES=void",
+        "KUBEGPU_DRA_CLAIM=ml/two",
+    ]
     assert node.checkpoint()["u-2"].state is State.PREPARE_COMPLETED
 
     # the kubelet retries a call it got no answer for: same devices, nothing redone
@@ -475,7 +506,8 @@ async def test_gpu_test5_each_sharing_config_reaches_only_its_own_gpu(
     assert got.error == ""
     ids = {d.request_names[0]: list(d.cdi_device_ids) for d in got.devices}
     specs = [json.loads(node.cdi_spec("u-5").read_text())]
-    ts_env, mps_env = (cdi_env(ids[r], specs) for r in ("ts-gpu", "mps-gpu"))
+    registry = Registry.scan([node.root / "cdi"])
+    ts_env, mps_env = (cdi_env(ids[r], registry) for r in ("ts-gpu", "mps-gpu"))
     pipe = node.plugin_dir / "mps" / "u-5" / "pipe"
     assert ts_env["KUBEGPU_DRA_TIMESLICE_INTERVAL"] == "Long"
     assert "CUDA_MPS_PIPE_DIRECTORY" not in ts_env

@@ -8,13 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from kubegpu.cli import app
 from kubegpu.kube.podresources import HeldDevice, PodResourcesError
 from kubegpu.mig.config import parse_config
 from kubegpu.mig.parted import apply_config
-from kubegpu.mig_manager import cdi, manager
+from kubegpu.mig_manager import manager
 from kubegpu.mig_manager.layouts import generate_for_node
 from kubegpu.mig_manager.manager import Failed, run_command, summarise
 from kubegpu.mig_manager.settings import MigManagerSettings
@@ -61,10 +62,14 @@ def test_the_management_cdi_spec_names_every_gpu_and_mig_device(tmp_path: Path) 
     minors = tmp_path / "mig-minors"
     gi = nvml.mig_devices(0)[0].gpu_instance_id
     minors.write_text(f"config 1\nmonitor 2\ngpu0/gi{gi}/access 21\ngpu0/gi{gi}/ci0/access 22\n")
-    path = cdi.write_spec(nvml, tmp_path / "cdi", minors)
+    settings = MigManagerSettings(
+        node_name="n", cdi_dir=tmp_path / "cdi", container_driver_root=tmp_path / "none"
+    )
+    path = manager.write_management_spec(nvml, settings, minors)
     assert path.name == "management.nvidia.com-gpu.yaml"
-    spec = cdi.build_spec(nvml, cdi.read_mig_minors(minors))
+    spec = yaml.safe_load(path.read_text())
     assert spec["kind"] == "management.nvidia.com/gpu"
+    assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
     names = [d["name"] for d in spec["devices"]]
     assert {"all", "0", "1", "0:0", "0:1"} <= set(names)
     first = next(d for d in spec["devices"] if d["name"] == "0:0")

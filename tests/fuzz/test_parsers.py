@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from kubegpu.base.loader import DEFAULT_LIMITS, InputError, parse_yaml
+from kubegpu.cdi.spec import SpecError as CdiSpecError
+from kubegpu.cdi.spec import loads as load_cdi
 from kubegpu.doctor.checks import run_checks
 from kubegpu.doctor.snapshot import Snapshot, SnapshotError
 from kubegpu.exporter.counters import CountersError, load_counters, parse_counters
@@ -82,6 +84,8 @@ PARSERS: dict[str, tuple[Parse, tuple[type[Exception], ...]]] = {
     "policy": (_policy, (InputError, ValidationError)),
     "dra": (_dra, (DraConfigError,)),
     "sim-spec": (lambda text, _: parse_spec(text), (SpecError,)),
+    "cdi": (lambda text, source: load_cdi(text, source, ".yaml"), (CdiSpecError,)),
+    "cdi-json": (lambda text, source: load_cdi(text, source, ".json"), (CdiSpecError,)),
     "pod-container": (_pod_container, (InputError,)),
 }
 LOADERS: dict[str, tuple[Callable[[Path], object], type[Exception]]] = {
@@ -180,6 +184,31 @@ BASES: dict[str, dict[str, Any]] = {
                 "defaultPinnedDeviceMemoryLimit": "10Gi",
                 "defaultPerDevicePinnedMemoryLimit": {"0": "1Gi"},
             },
+        },
+    },
+    "cdi": {
+        "cdiVersion": "0.5.0",
+        "kind": "k8s.device-plugin.nvidia.com/gpu",
+        "devices": [
+            {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}},
+            {"name": "all", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}},
+        ],
+        "containerEdits": {
+            "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+            "mounts": [
+                {
+                    "hostPath": "/run/nvidia/driver/usr/bin/nvidia-smi",
+                    "containerPath": "/usr/bin/nvidia-smi",
+                    "options": ["ro", "nosuid", "nodev", "rbind", "rprivate"],
+                }
+            ],
+            "hooks": [
+                {
+                    "hookName": "createContainer",
+                    "path": "/usr/local/nvidia/toolkit/nvidia-cdi-hook",
+                    "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib64"],
+                }
+            ],
         },
     },
     "pod-container": {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kubegpu.cdi.build import gpu_devices
 from kubegpu.sharing.allocate import (
     AllocateSettings,
     AllocationError,
@@ -15,7 +16,6 @@ from kubegpu.sharing.allocate import (
     settings_for,
     visible_devices,
 )
-from kubegpu.sharing.cdi import cdi_spec, device_nodes
 from kubegpu.sharing.config import parse_config
 from kubegpu.sharing.devices import Device, GpuFacts, MigFacts, advertise
 from kubegpu.sharing.mps import MpsLimit, mps_resources
@@ -52,8 +52,9 @@ MIGS = {
         "nvidia.com/mig-1g.18gb"
     ]
 }
-PATHS = device_nodes([*GPUS[1:], *MIG_NODE])  # GPU-0 is MIG-enabled in MIG_NODE
-PATHS.update(device_nodes(GPUS))
+# GPU-0 is MIG-enabled in MIG_NODE
+PATHS = {d.names[0]: d.nodes for d in gpu_devices([*GPUS[1:], *MIG_NODE])}
+PATHS.update({d.names[0]: d.nodes for d in gpu_devices(GPUS)})
 RID = "0b1c2d3e-0000-4000-8000-000000000000"
 
 
@@ -303,41 +304,6 @@ def test_cdi_names_win_over_the_environment() -> None:
         )
         == "all"
     )
-
-
-# -- CDI spec ----------------------------------------------------------------------------------
-
-
-def test_cdi_spec_names_every_gpu_and_mig_device_by_uuid_and_index_plus_all() -> None:
-    gpus = [_gpu(0, mig=2), _gpu(1)]
-    nodes = device_nodes(
-        gpus, minors={0: 4, 1: 5}, mig_caps={"MIG-0-1": ("/dev/nvidia-caps/nvidia-cap21",)}
-    )
-    spec = cdi_spec(gpus, nodes, ["/dev/nvidiactl"], dev_root="/run/nvidia/driver")
-    assert spec["cdiVersion"] == "0.6.0"
-    assert spec["kind"] == "k8s.device-plugin.nvidia.com/gpu"
-    by_name = {
-        d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]] for d in spec["devices"]
-    }
-    assert by_name == {
-        "GPU-0": ["/dev/nvidia4"],
-        "0": ["/dev/nvidia4"],
-        "MIG-0-0": ["/dev/nvidia4"],
-        "0:0": ["/dev/nvidia4"],
-        "MIG-0-1": ["/dev/nvidia4", "/dev/nvidia-caps/nvidia-cap21"],
-        "0:1": ["/dev/nvidia4", "/dev/nvidia-caps/nvidia-cap21"],
-        "GPU-1": ["/dev/nvidia5"],
-        "1": ["/dev/nvidia5"],
-        "all": ["/dev/nvidia4", "/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia5"],
-    }
-    assert (
-        spec["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"]
-        == "/run/nvidia/driver/dev/nvidia4"
-    )
-    assert spec["containerEdits"] == {
-        "deviceNodes": [{"path": "/dev/nvidiactl", "hostPath": "/run/nvidia/driver/dev/nvidiactl"}],
-        "env": ["NVIDIA_VISIBLE_DEVICES=void"],
-    }
 
 
 # -- MPS limits -------------------------------------------------------------------------------

@@ -3,12 +3,13 @@ when they may be prepared, and what the claims' CDI devices put in a container's
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kubegpu.cdi.registry import Registry
+from kubegpu.cdi.spec import parse_spec
 from kubegpu.kube.kubelet import pluginregistration_v1_pb2 as reg
 from kubegpu.sim.kubelet.dramanager import (
     PreparedDevice,
@@ -17,7 +18,6 @@ from kubegpu.sim.kubelet.dramanager import (
     claim_drivers,
     claim_not_ready,
     pod_claims,
-    read_cdi_specs,
     registration_problem,
 )
 
@@ -131,19 +131,26 @@ SPEC = {
 }
 
 
+def specs(*docs: dict[str, Any]) -> Registry:
+    registry = Registry()
+    for i, doc in enumerate(docs):
+        registry.add(Path(f"/var/run/cdi/{i}.json"), parse_spec(doc, f"{i}.json"))
+    return registry
+
+
 def test_cdi_env_applies_common_then_device_edits_and_joins_visible_devices() -> None:
     ids = ["k8s.gpu.nvidia.com/claim=u-gpu-0", "k8s.gpu.nvidia.com/claim=u-gpu-1"]
-    assert cdi_env(ids, [SPEC]) == {
+    assert cdi_env(ids, specs(SPEC)) == {
         "NVIDIA_DRA_CLAIM": "ns/c",
         "NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b",
         "X": "1",
     }
-    assert cdi_env(ids[:1], [SPEC])["NVIDIA_VISIBLE_DEVICES"] == "GPU-a"
+    assert cdi_env(ids[:1], specs(SPEC))["NVIDIA_VISIBLE_DEVICES"] == "GPU-a"
 
 
 def test_a_void_visible_devices_is_replaced_by_a_device() -> None:
     spec = {**SPEC, "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}
-    assert cdi_env(["k8s.gpu.nvidia.com/claim=u-gpu-1"], [spec])["NVIDIA_VISIBLE_DEVICES"] == (
+    assert cdi_env(["k8s.gpu.nvidia.com/claim=u-gpu-1"], specs(spec))["NVIDIA_VISIBLE_DEVICES"] == (
         "GPU-b"
     )
 
@@ -153,23 +160,9 @@ def test_a_void_visible_devices_is_replaced_by_a_device() -> None:
     [
         ("k8s.gpu.nvidia.com/claim=u-gpu-9", "unresolvable CDI device"),
         ("other.example.com/claim=u-gpu-0", "unresolvable CDI device"),
-        ("no-kind-here", "vendor/class=name"),
+        ("no-kind-here", 'invalid CDI device name "no-kind-here"'),
     ],
 )
 def test_a_cdi_device_no_spec_names_fails_the_container(cdi_id: str, error: str) -> None:
     with pytest.raises(ValueError, match=error):
-        cdi_env([cdi_id], [SPEC])
-
-
-def test_cdi_specs_are_read_from_json_and_yaml_and_a_broken_file_is_skipped(
-    tmp_path: Path,
-) -> None:
-    run, etc = tmp_path / "var/run/cdi", tmp_path / "etc/cdi"
-    run.mkdir(parents=True)
-    etc.mkdir(parents=True)
-    (run / "claim.json").write_text(json.dumps(SPEC))
-    (etc / "other.yaml").write_text("cdiVersion: 0.6.0\nkind: example.com/x\ndevices: []\n")
-    (run / "broken.json").write_text("{not json")
-    (run / "notes.txt").write_text("ignored")
-    kinds = sorted(s["kind"] for s in read_cdi_specs([etc, run, tmp_path / "missing"]))
-    assert kinds == ["example.com/x", "k8s.gpu.nvidia.com/claim"]
+        cdi_env([cdi_id], specs(SPEC))

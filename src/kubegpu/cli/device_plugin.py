@@ -44,6 +44,12 @@ def device_plugin(
         envvar="NVIDIA_DRIVER_ROOT",
         help="The driver's root on the host.",
     ),
+    container_driver_root: Path = typer.Option(
+        Path("/driver-root"),
+        "--container-driver-root",
+        envvar="DRIVER_ROOT_CTR_PATH",
+        help="Where this container sees the driver root (its files go into the CDI spec).",
+    ),
     nvidia_dev_root: str | None = typer.Option(
         None,
         "--nvidia-dev-root",
@@ -135,6 +141,7 @@ def device_plugin(
         kubelet_socket=Path(kubelet_socket) if kubelet_socket else None,
         plugin_dir=plugin_dir,
         cdi_root=Path(cdi_root) if cdi_root else None,
+        container_driver_root=container_driver_root,
         health_recovery_s=health_recovery_period,
         poll_s=poll_interval,
     )

@@ -60,6 +60,12 @@ def dra_plugin(
         envvar="NVIDIA_DRIVER_ROOT",
         help="The driver's root on the host (for the MIG capability table).",
     ),
+    container_driver_root: Path = typer.Option(
+        Path("/driver-root"),
+        "--container-driver-root",
+        envvar="DRIVER_ROOT_CTR_PATH",
+        help="Where this container sees the driver root (its files go into the CDI specs).",
+    ),
     nvidia_dev_root: Path = typer.Option(
         Path("/"),
         "--nvidia-dev-root",
@@ -86,6 +92,7 @@ def dra_plugin(
         device_plugin_dir=Path(device_plugin_dir) if device_plugin_dir else None,
         feature_gates=feature_gates,
         driver_root=nvidia_driver_root,
+        container_driver_root=container_driver_root,
         dev_root=nvidia_dev_root,
         poll_s=poll_interval,
     )

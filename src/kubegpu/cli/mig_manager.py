@@ -78,6 +78,15 @@ def mig_manager(
         help="Rewrite the management CDI spec after each change.",
     ),
     cdi_dir: Path = typer.Option(Path(nvidia.CDI_SPEC_DIR), "--cdi-dir", envvar="CDI_DIR"),
+    driver_root: str = typer.Option(
+        "/", "--driver-root", envvar="NVIDIA_DRIVER_ROOT", help="The driver root on the host."
+    ),
+    container_driver_root: Path = typer.Option(
+        Path("/driver-root"),
+        "--container-driver-root",
+        envvar="DRIVER_ROOT_CTR_PATH",
+        help="Where this container sees the driver root (its files go into the CDI spec).",
+    ),
     pod_resources_socket: str = typer.Option(
         POD_RESOURCES_SOCKET,
         "--pod-resources-socket",
@@ -158,6 +167,8 @@ def mig_manager(
         busy_gpus="proceed" if busy_gpus == "proceed" else "refuse",
         cdi_enabled=cdi_enabled,
         cdi_dir=cdi_dir,
+        driver_root=driver_root,
+        container_driver_root=container_driver_root,
     )
 
     def program() -> MigManagerProgram:

@@ -6,10 +6,10 @@ import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from kubegpu.cdi.build import NodeDevice, gpu_devices
+from kubegpu.cdi.nodes import MIG_MINORS, present_control_devices, read_mig_minors
 from kubegpu.nvml import Nvml, errors
 from kubegpu.nvml.types import GpuTopology
-from kubegpu.sharing.allocate import CONTROL_DEVICES
-from kubegpu.sharing.cdi import MIG_MINORS, device_nodes, mig_capability_nodes, read_mig_minors
 from kubegpu.sharing.devices import GpuFacts
 from kubegpu.sharing.facts import read_gpus
 from kubegpu.sharing.preferred import pair_scores
@@ -22,8 +22,13 @@ class NodeFacts:
     gpus: list[GpuFacts]
     topologies: dict[int, GpuTopology] = field(default_factory=dict)
     scores: dict[tuple[int, int], int] = field(default_factory=dict)
-    nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # uuid -> device nodes
+    devices: list[NodeDevice] = field(default_factory=list)  # GPUs and MIG devices, for CDI
     control_devices: tuple[str, ...] = ()
+
+    @property
+    def nodes(self) -> dict[str, tuple[str, ...]]:
+        """UUID of every GPU and MIG device -> its device nodes."""
+        return {d.names[0]: d.nodes for d in self.devices}
 
 
 def read_node(nvml: Nvml, driver_root: Path = Path("/"), dev_root: Path = Path("/")) -> NodeFacts:
@@ -40,13 +45,10 @@ def read_node(nvml: Nvml, driver_root: Path = Path("/"), dev_root: Path = Path("
         for g in gpus
     ]
     minors = {i: t.minor_number for i, t in topologies.items()}
-    caps = mig_capability_nodes(read_mig_minors(driver_root / MIG_MINORS), gpus, minors)
-    nodes = device_nodes(gpus, minors, caps)
-    control = tuple(p for p in CONTROL_DEVICES if (dev_root / p.lstrip("/")).exists())
     return NodeFacts(
         gpus=gpus,
         topologies=topologies,
         scores=pair_scores(topologies.values()),
-        nodes=nodes,
-        control_devices=control,
+        devices=gpu_devices(gpus, minors, read_mig_minors(driver_root / MIG_MINORS)),
+        control_devices=present_control_devices(dev_root),
     )

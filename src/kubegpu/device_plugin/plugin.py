@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +35,9 @@ from lightkube import AsyncClient
 
 from kubegpu.base.tasks import cancel_all, finish_even_if_cancelled, start_kept
 from kubegpu.catalog import nvidia
+from kubegpu.cdi.build import common_edits, node_spec, write_spec
+from kubegpu.cdi.driver import driver_edits, find_driver_files, hook_path
+from kubegpu.cdi.spec import file_name
 from kubegpu.device_plugin.annotate import PodAnnotator
 from kubegpu.device_plugin.discovery import NodeFacts, read_node
 from kubegpu.device_plugin.health import EventReader
@@ -50,8 +51,7 @@ from kubegpu.kube.kubelet import (
 from kubegpu.kube.nodes import NORMAL, WARNING
 from kubegpu.node.config import ConfigCycle, NodeConfig, Unreadable, fault_text
 from kubegpu.nvml import EventType, GpuEvent, Nvml, NvmlError
-from kubegpu.sharing.allocate import settings_for
-from kubegpu.sharing.cdi import SPEC_FILE, cdi_spec
+from kubegpu.sharing.allocate import CDI_KIND, settings_for
 from kubegpu.sharing.config import PluginConfig
 from kubegpu.sharing.config_source import ConfigSource
 from kubegpu.sharing.devices import Advertised, Device, advertise
@@ -82,6 +82,9 @@ class PluginOptions:
     kubelet_socket: Path | None = Path(REGISTRATION_SOCKET)  # None: serve, do not register
     cdi_root: Path | None = Path(nvidia.CDI_SPEC_DIR)  # None: write no CDI spec
     driver_root: Path = Path("/")  # where this process sees the driver root (MIG caps)
+    # where this process sees the driver's files (its libraries and binaries go into the
+    # CDI spec, with host paths under flags.nvidiaDriverRoot)
+    container_driver_root: Path = Path("/driver-root")
     health_recovery_s: float = 300.0  # 0: unhealthy until restart, as upstream
     xid_policy: XidPolicy = field(default_factory=XidPolicy)
     poll_s: float = 1.0  # kubelet socket, config files, MPS readiness, recovery
@@ -348,14 +351,16 @@ class DevicePlugin:
         root = self.options.cdi_root
         if root is None:
             return
-        spec = cdi_spec(facts.gpus, facts.nodes, facts.control_devices, config.flags.dev_root)
+        flags = config.flags
+        driver = driver_edits(
+            find_driver_files(self.options.container_driver_root),
+            flags.nvidia_driver_root,
+            hook_path(os.environ),
+        )
+        common = common_edits(facts.control_devices, flags.dev_root, driver)
+        spec = node_spec(CDI_KIND, facts.devices, common, flags.dev_root)
         try:
-            root.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=root, prefix=".kubegpu-cdi-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(spec, f, indent=1)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, root / SPEC_FILE)
+            write_spec(root, file_name(CDI_KIND), spec)
         except OSError as exc:
             log.error("cannot write the CDI spec under %s: %s", root, exc)
 

@@ -45,6 +45,7 @@ class DevicePluginFlags:
     kubelet_socket: Path | None = None  # None: serve without registering
     plugin_dir: Path | None = None  # default: the kubelet socket's directory
     cdi_root: Path | None = None
+    container_driver_root: Path = Path("/driver-root")
     health_recovery_s: float = 300.0
     poll_s: float = 1.0
 
@@ -93,6 +94,7 @@ def plugin_options(
         plugin_dir=flags.plugin_dir or (socket.parent if socket else Path(DEVICE_PLUGIN_PATH)),
         kubelet_socket=socket,
         cdi_root=flags.cdi_root,
+        container_driver_root=flags.container_driver_root,
         health_recovery_s=flags.health_recovery_s,
         xid_policy=policy,
         poll_s=flags.poll_s,

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubegpu.catalog import nvidia
-from kubegpu.dra.cdi import ENV_CLAIM, ENV_TIMESLICE_INTERVAL
 from kubegpu.dra.config import (
     MPS,
     TIME_SLICING,
@@ -33,6 +32,12 @@ from kubegpu.dra.slices import DraDevice
 from kubegpu.sharing.mps import MpsLimit, MpsResource
 
 Json = dict[str, Any]
+
+#: Env var kubegpu sets in every claim's spec: which claim the devices came from.
+ENV_CLAIM = "KUBEGPU_DRA_CLAIM"
+#: Env var kubegpu sets for a TimeSlicing config: NVML has no compute-policy call in
+#: kubegpu's facade, so the interval is handed to the container instead (docs/dra.md).
+ENV_TIMESLICE_INTERVAL = "KUBEGPU_DRA_TIMESLICE_INTERVAL"
 
 
 class ClaimError(Exception):

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import shutil
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,7 +32,19 @@ from typing import Any, TypeVar
 from filelock import FileLock, Timeout
 
 from kubegpu.catalog import nvidia
-from kubegpu.dra.cdi import SpecDevice, cdi_id, claim_spec, spec_file_name
+from kubegpu.cdi.build import (
+    ClaimDevice,
+    ConfigEdits,
+    claim_cdi_id,
+    claim_file_name,
+    claim_spec,
+    common_edits,
+    temporary_path,
+    write_spec,
+)
+from kubegpu.cdi.driver import DEFAULT_HOOK_PATH, driver_edits, find_driver_files
+from kubegpu.cdi.nodes import MIG_MINORS, gpu_node, mig_cap_nodes, read_mig_minors
+from kubegpu.cdi.spec import ContainerEdits
 from kubegpu.dra.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -41,12 +52,11 @@ from kubegpu.dra.checkpoint import (
     PreparedDevice,
     State,
 )
-from kubegpu.dra.claims import ClaimError, ClaimPlan, ClaimRef, plan_claim
+from kubegpu.dra.claims import AllocatedDevice, ClaimError, ClaimPlan, ClaimRef, plan_claim
 from kubegpu.dra.config import FeatureGates
 from kubegpu.dra.dynamic import MigDeviceError, MigWriter
 from kubegpu.dra.slices import DraDevice
 from kubegpu.node.mps import MpsBackend
-from kubegpu.sharing.cdi import MIG_MINORS, read_mig_minors
 from kubegpu.sharing.mps import MpsLimit, MpsResource
 
 Json = dict[str, Any]
@@ -57,6 +67,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LOCK_TIMEOUT_S = 10.0
+DRIVER_CACHE_S = 300.0  # how long the driver's files found are used before a new look
 
 
 @dataclass(frozen=True)
@@ -73,7 +84,10 @@ class PrepareSettings:
     plugin_dir: Path  # <plugins>/gpu.nvidia.com: checkpoint, MPS directories
     cdi_root: Path
     gates: FeatureGates = field(default_factory=FeatureGates)
-    driver_root: Path = Path("/")
+    driver_root: Path = Path("/")  # the driver root on the host (MIG capability table)
+    # where this process sees the driver's files (their host paths: under driver_root)
+    container_driver_root: Path = Path("/driver-root")
+    hook_path: str = DEFAULT_HOOK_PATH  # the nvidia-cdi-hook binary the specs name
     dev_root: str = "/"
     control_devices: tuple[str, ...] = ()
 
@@ -95,6 +109,7 @@ class Preparer:
         self.checkpoint = CheckpointFile(settings.plugin_dir / "checkpoint.json")
         self._lock = asyncio.Lock()
         self._file_lock = FileLock(str(settings.plugin_dir / "checkpoint.lock"))
+        self._driver: tuple[float, ContainerEdits] | None = None  # (when found, edits)
 
     # -- the two calls --------------------------------------------------------------------
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
@@ -207,7 +222,7 @@ class Preparer:
                 request_names=(d.request,),
                 pool=s.node_name,
                 device=d.device.name,
-                cdi_ids=(cdi_id(ref.uid, d.device.name),),
+                cdi_ids=(claim_cdi_id(ref.uid, d.device.name),),
                 uuid=d.device.uuid,
                 dynamic_mig=(d.device.gpu_index, d.device.gi_profile_id, d.device.start)
                 if d.device.dynamic
@@ -229,31 +244,30 @@ class Preparer:
         created: list[tuple[int, int, int]] = []
         try:
             spec_devices, devices = self._create_migs(plan, devices, created)
+            configs = _config_edits(plan)
             if plan.mps is not None and mps_dir is not None:
                 pipe = mps_dir / "pipe"
                 for sub in (pipe, mps_dir / "log"):
                     sub.mkdir(parents=True, exist_ok=True)
                 self.mps.start(plan.mps, mps_dir)
-                # only the MPS devices' entries: a container given another device of the
+                # only the MPS devices' requests: a container given another device of the
                 # claim is no MPS client
-                spec_devices = [
-                    replace(
-                        sd,
-                        env={**sd.env, nvidia.CUDA_MPS_PIPE_DIRECTORY: str(pipe)},
-                        mounts=(*sd.mounts, str(pipe)),
+                configs.append(
+                    ConfigEdits(
+                        frozenset(a.request for a in plan.devices if a.mps),
+                        {nvidia.CUDA_MPS_PIPE_DIRECTORY: str(pipe)},
+                        (str(pipe),),
                     )
-                    if a.mps
-                    else sd
-                    for a, sd in zip(plan.devices, spec_devices, strict=True)
-                ]
+                )
+            driver = self._driver_edits()
             spec = claim_spec(
                 ref.uid,
                 spec_devices,
-                env=dict(plan.env),
-                control_devices=s.control_devices,
-                dev_root=s.dev_root,
+                configs,
+                common_edits(s.control_devices, s.dev_root, driver, dict(plan.env)),
+                s.dev_root,
             )
-            self._write_spec(ref.uid, spec)
+            write_spec(s.cdi_root, claim_file_name(ref.uid), spec)
         except Exception:
             # destroy only what this call created: a placement that could not be created
             # may hold somebody else's MIG device
@@ -282,10 +296,10 @@ class Preparer:
         plan: ClaimPlan,
         devices: tuple[PreparedDevice, ...],
         created: list[tuple[int, int, int]],
-    ) -> tuple[list[SpecDevice], tuple[PreparedDevice, ...]]:
+    ) -> tuple[list[ClaimDevice], tuple[PreparedDevice, ...]]:
         """Create the claim's dynamic MIG devices (each one created is added to `created`);
         the CDI devices and the prepared devices with the new UUIDs."""
-        spec: list[SpecDevice] = []
+        spec: list[ClaimDevice] = []
         out: list[PreparedDevice] = []
         for a, p in zip(plan.devices, devices, strict=True):
             d = a.device
@@ -294,35 +308,36 @@ class Preparer:
                 uuid, gi, ci = self.mig.create(d.gpu_index, d.gi_profile_id, d.start)
                 created.append((d.gpu_index, d.gi_profile_id, d.start))
                 prepared = replace(p, uuid=uuid)
-            spec.append(SpecDevice(d.name, prepared.uuid, self._nodes(d, gi, ci), env=a.env))
+            spec.append(ClaimDevice(d.name, a.request, prepared.uuid, self._nodes(d, gi, ci)))
             out.append(prepared)
         return spec, tuple(out)
 
     def _nodes(self, device: DraDevice, gi: int, ci: int) -> tuple[str, ...]:
-        gpu = f"/dev/nvidia{device.gpu_minor}"
+        gpu = gpu_node(device.gpu_minor)
         if device.kind != "mig":
             return (gpu,)
         table = read_mig_minors(self.settings.driver_root / MIG_MINORS)
-        prefix = f"gpu{device.gpu_minor}/gi{gi}"
-        keys = (f"{prefix}/access", f"{prefix}/ci{ci}/access")
-        return (gpu, *(f"/dev/nvidia-caps/nvidia-cap{table[k]}" for k in keys if k in table))
+        return (gpu, *mig_cap_nodes(table, device.gpu_minor, gi, ci))
+
+    def _driver_edits(self) -> ContainerEdits:
+        """The driver's files and hooks, looked up again after DRIVER_CACHE_S (as upstream
+        caches its common edits), or at once while none was found (a containerized driver
+        not mounted yet)."""
+        now = time.monotonic()
+        if self._driver is None or not self._driver[1] or now - self._driver[0] > DRIVER_CACHE_S:
+            s = self.settings
+            files = find_driver_files(s.container_driver_root)
+            self._driver = (now, driver_edits(files, str(s.driver_root), s.hook_path))
+        return self._driver[1]
 
     def _mps_directory(self, uid: str) -> Path:
         return self.settings.plugin_dir / "mps" / uid
 
     def _spec_path(self, uid: str) -> Path:
-        return self.settings.cdi_root / spec_file_name(uid)
+        return self.settings.cdi_root / claim_file_name(uid)
 
     def _spec_tmp_path(self, uid: str) -> Path:
-        path = self._spec_path(uid)
-        return path.with_name(f".{path.name}.tmp")
-
-    def _write_spec(self, uid: str, spec: Json) -> None:
-        path = self._spec_path(uid)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._spec_tmp_path(uid)
-        tmp.write_text(json.dumps(spec, indent=1) + "\n")
-        os.replace(tmp, path)
+        return temporary_path(self._spec_path(uid))
 
     # -- unprepare ------------------------------------------------------------------------
     def _unprepare(self, uid: str, migs: bool = True) -> None:
@@ -356,3 +371,15 @@ class Preparer:
                 f"another process holds {self._file_lock.lock_file} for over "
                 f"{LOCK_TIMEOUT_S:.0f}s (a second DRA plugin on this node?)"
             ) from None
+
+
+def _config_edits(plan: ClaimPlan) -> list[ConfigEdits]:
+    """Each config's own edits (the time-slice interval) with the requests it applies to."""
+    groups: dict[int, list[AllocatedDevice]] = {}
+    for a in plan.devices:
+        groups.setdefault(id(a.config), []).append(a)
+    return [
+        ConfigEdits(frozenset(a.request for a in group), dict(group[0].env))
+        for group in groups.values()
+        if group[0].env
+    ]

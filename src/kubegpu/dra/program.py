@@ -15,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from kubegpu.catalog import nvidia
+from kubegpu.cdi.driver import hook_path
+from kubegpu.cdi.nodes import present_control_devices
 from kubegpu.dra.config import DraConfigError, FeatureGates
 from kubegpu.dra.dynamic import MigWriter
 from kubegpu.dra.exclusive import device_plugin_sockets
@@ -44,8 +47,6 @@ from kubegpu.nvml import Nvml, NvmlError
 
 log = logging.getLogger("kubegpu.dra")
 
-CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-
 
 @dataclass(frozen=True)
 class DraPluginFlags:
@@ -57,6 +58,7 @@ class DraPluginFlags:
     device_plugin_dir: Path | None = Path(DEVICE_PLUGIN_PATH)  # None: do not check
     feature_gates: str | None = None
     driver_root: Path = Path("/")
+    container_driver_root: Path = Path("/driver-root")
     dev_root: Path = Path("/")
     poll_s: float = 1.0
 
@@ -163,9 +165,9 @@ class DraPluginProgram:
             gates=self.gates,
             driver_root=f.driver_root,
             dev_root=str(dev_root),
-            control_devices=tuple(
-                p for p in CONTROL_DEVICES if (dev_root / p.lstrip("/")).exists()
-            ),
+            container_driver_root=f.container_driver_root,
+            hook_path=hook_path(os.environ),
+            control_devices=present_control_devices(dev_root),
         )
 
     def _refresh(self, nvml: Nvml) -> None:

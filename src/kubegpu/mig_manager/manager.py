@@ -32,6 +32,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -43,6 +44,11 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
 from kubegpu.base.tasks import cancel_all, start_kept
+from kubegpu.catalog import nvidia
+from kubegpu.cdi.build import common_edits, gpu_devices, node_spec, write_spec
+from kubegpu.cdi.driver import driver_edits, find_driver_files, hook_path
+from kubegpu.cdi.nodes import MIG_MINORS, present_control_devices, read_mig_minors
+from kubegpu.cdi.spec import ContainerEdits, Spec, file_name
 from kubegpu.kube.labels import (
     API_ERRORS,
     annotations_of,
@@ -65,7 +71,6 @@ from kubegpu.mig.parted import (
     plan_config,
     read_node,
 )
-from kubegpu.mig_manager import cdi
 from kubegpu.mig_manager.layouts import Layouts
 from kubegpu.mig_manager.settings import (
     COMPONENT,
@@ -77,6 +82,7 @@ from kubegpu.mig_manager.settings import (
     State,
 )
 from kubegpu.nvml import Nvml, NvmlError
+from kubegpu.sharing.facts import read_gpus
 from kubegpu.sharing.replicas import physical_id
 
 log = logging.getLogger(__name__)
@@ -602,7 +608,7 @@ class MigManager:
 
     async def _write_cdi(self) -> None:
         if self.settings.cdi_enabled:
-            path = await asyncio.to_thread(cdi.write_spec, self.nvml, self.settings.cdi_dir)
+            path = await asyncio.to_thread(write_management_spec, self.nvml, self.settings)
             log.info("wrote the management CDI spec %s", path)
 
     async def _succeed(
@@ -658,3 +664,31 @@ class MigManager:
     async def _reboot_command(self) -> None:
         log.warning("node %s: rebooting with %s", self.node_name, self.settings.reboot_command)
         await run_command(self.settings.reboot_command)
+
+
+# -- the management CDI spec ------------------------------------------------------------------
+
+#: Management containers (DCGM, the exporter, validators) ask for
+#: `management.nvidia.com/gpu=all`; it is rewritten after each MIG change so that its MIG
+#: entries name the current instances.
+MANAGEMENT_SPEC_FILE = file_name(nvidia.CDI_MANAGEMENT_KIND, suffix=".yaml")
+
+
+def management_spec(nvml: Nvml, mig_minors: dict[str, int], common: ContainerEdits) -> Spec:
+    """Every GPU and MIG device by UUID and index, plus `all`; `common`: the spec-wide
+    edits (control nodes, the driver's files)."""
+    devices = gpu_devices(read_gpus(nvml), None, mig_minors)
+    return node_spec(nvidia.CDI_MANAGEMENT_KIND, devices, common)
+
+
+def write_management_spec(
+    nvml: Nvml, settings: MigManagerSettings, mig_minors: Path = Path("/") / MIG_MINORS
+) -> Path:
+    driver = driver_edits(
+        find_driver_files(settings.container_driver_root),
+        settings.driver_root,
+        hook_path(os.environ),
+    )
+    common = common_edits(present_control_devices(Path("/")), "/", driver)
+    spec = management_spec(nvml, read_mig_minors(mig_minors), common)
+    return write_spec(settings.cdi_dir, MANAGEMENT_SPEC_FILE, spec)

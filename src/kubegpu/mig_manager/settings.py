@@ -71,6 +71,8 @@ class MigManagerSettings:
     busy_gpus: Literal["refuse", "proceed"] = "refuse"
     cdi_enabled: bool = False
     cdi_dir: Path = Path(nvidia.CDI_SPEC_DIR)
+    driver_root: str = "/"  # the driver root on the host (host paths of its files)
+    container_driver_root: Path = Path("/driver-root")  # where this process sees it
 
     @property
     def deploy_labels(self) -> tuple[str, ...]:

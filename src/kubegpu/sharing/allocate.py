@@ -49,13 +49,6 @@ MPS_PIPE_ENV = nvidia.CUDA_MPS_PIPE_DIRECTORY
 MPS_THREADS_ENV = nvidia.CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
 MPS_MEMORY_ENV = nvidia.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
 IMEX_CHANNELS_ENV = nvidia.NVIDIA_IMEX_CHANNELS
-# Device nodes every GPU container needs besides its GPUs (passDeviceSpecs).
-CONTROL_DEVICES = (
-    "/dev/nvidiactl",
-    "/dev/nvidia-uvm",
-    "/dev/nvidia-uvm-tools",
-    "/dev/nvidia-modeset",
-)
 
 
 class AllocationError(ValueError):
@@ -97,7 +90,7 @@ class AllocateSettings:
     cdi_annotation_prefix: str = "cdi.k8s.io/"
     pass_device_specs: bool = False
     dev_root: str = "/"
-    control_devices: tuple[str, ...] = ()  # those of CONTROL_DEVICES that exist on the node
+    control_devices: tuple[str, ...] = ()  # those of cdi.nodes.CONTROL_DEVICES the node has
     device_paths: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # uuid -> nodes
     fail_requests_greater_than_one: bool = False
     mps_root: str | None = None  # set when this resource's replicas are MPS clients

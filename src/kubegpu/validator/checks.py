@@ -24,7 +24,6 @@ first and writes it only on success.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -32,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kubegpu.catalog import nvidia
+from kubegpu.cdi.spec import SPEC_SUFFIXES, Spec, SpecError
+from kubegpu.cdi.spec import load as load_spec
 from kubegpu.node.cuda import CudaProbe, ProbeFailed, cuda_targets, preload_driver_library
 from kubegpu.node.runtime import ComponentError
 from kubegpu.nvml import Nvml, NvmlError
@@ -178,16 +177,8 @@ def check_host_driver(host_root: Path, run: SmiRunner = run_in_host_root) -> Che
 
 
 # -- toolkit / CDI --------------------------------------------------------------------------------------
-def _load_spec(path: Path) -> dict[str, Any]:
-    text = path.read_text()
-    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    if not isinstance(data, dict):
-        raise CheckFailed(f"CDI spec {path}: not a mapping")
-    return data
-
-
 def cdi_problems(
-    specs: Mapping[Path, Mapping[str, Any]], gpus: Mapping[int, str], migs: Mapping[str, str]
+    specs: Mapping[Path, Spec], gpus: Mapping[int, str], migs: Mapping[str, str]
 ) -> list[str]:
     """Inconsistencies between NVIDIA CDI specs and the GPUs.
 
@@ -195,7 +186,7 @@ def cdi_problems(
     problems = []
     uuids = set(gpus.values()) | set(migs.values())
     for path, spec in specs.items():
-        names = [str(d.get("name", "")) for d in spec.get("devices") or [] if isinstance(d, dict)]
+        names = [d.name for d in spec.devices]
         for name in names:
             if name == "all":
                 continue
@@ -228,7 +219,7 @@ class CdiVerdict:
 
 
 def judge_cdi_for_toolkit(
-    specs: Mapping[Path, Mapping[str, Any]], gpus: Mapping[int, str], migs: Mapping[str, str]
+    specs: Mapping[Path, Spec], gpus: Mapping[int, str], migs: Mapping[str, str]
 ) -> CdiVerdict:
     """Split the problems: the device plugin's spec is never blocking (the plugin writes it
     after `toolkit-ready`, the file this check writes), nor are MIG entries of the toolkit's
@@ -238,7 +229,7 @@ def judge_cdi_for_toolkit(
     stale: list[str] = []
     for path, spec in specs.items():
         problems = cdi_problems({path: spec}, gpus, migs)
-        if spec.get("kind") == nvidia.CDI_PLUGIN_KIND:
+        if spec.kind == nvidia.CDI_PLUGIN_KIND:
             stale += problems
             continue
         for p in problems:
@@ -246,19 +237,22 @@ def judge_cdi_for_toolkit(
     return CdiVerdict(blocking, stale)
 
 
-def nvidia_cdi_specs(dirs: Sequence[Path]) -> dict[Path, dict[str, Any]]:
+def nvidia_cdi_specs(dirs: Sequence[Path]) -> dict[Path, Spec]:
+    """NVIDIA's specs in `dirs` (parsed by `kubegpu.cdi`); an invalid one fails the check."""
     specs = {}
     for d in dirs:
         if not d.is_dir():
             continue
         for path in sorted(d.iterdir()):
-            if path.suffix not in {".json", ".yaml", ".yml"} or not path.is_file():
+            if path.suffix not in SPEC_SUFFIXES or not path.is_file():
                 continue
             try:
-                spec = _load_spec(path)
-            except (OSError, ValueError, yaml.YAMLError) as exc:
+                spec = load_spec(path)
+            except OSError as exc:
                 raise CheckFailed(f"CDI spec {path}: unreadable: {exc}") from None
-            if spec.get("kind") in NVIDIA_CDI_KINDS:
+            except SpecError as exc:
+                raise CheckFailed(str(exc)) from None
+            if spec.kind in NVIDIA_CDI_KINDS:
                 specs[path] = spec
     return specs
 
@@ -309,9 +303,7 @@ def check_plugin_cdi(open_nvml: Callable[[], Nvml], cdi_dirs: Sequence[Path]) ->
     """The device plugin's CDI spec names exactly the node's devices (the plugin rewrites it
     when it starts, so once it advertises, a stale spec is a real fault). Returns a note."""
     specs = {
-        p: s
-        for p, s in nvidia_cdi_specs(cdi_dirs).items()
-        if s.get("kind") == nvidia.CDI_PLUGIN_KIND
+        p: s for p, s in nvidia_cdi_specs(cdi_dirs).items() if s.kind == nvidia.CDI_PLUGIN_KIND
     }
     if not specs:
         return "no device-plugin CDI spec"

@@ -10,8 +10,9 @@ ResourceSlices a DRA driver publishes; what is left for the kubelet, and done he
 - before a pod's containers start, its claims must be allocated and reserved for it, and are
   prepared with ``NodePrepareResources`` (one call per driver); a failure is retried with
   backoff and reported as the kubelet does (event ``FailedPrepareDynamicResources``);
-- the CDI devices a plugin returned become the container's environment, read from the CDI
-  spec files under the node's CDI directories, as the container runtime would;
+- the CDI devices a plugin returned become the container's environment, resolved against
+  the CDI specs under the node's spec directories by `kubegpu.cdi.registry`, as the
+  container runtime would;
 - after the last pod on the node using a claim ends, ``NodeUnprepareResources``;
 - pod-resources ``dynamic_resources`` for each container;
 - extended resources backed by DRA (``DeviceClass.extendedResourceName``, Kubernetes 1.36+):
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,19 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import yaml
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubegpu.base.tasks import cancel_all, start_kept
-from kubegpu.catalog.nvidia import (
-    CDI_SPEC_DIR,
-    CDI_STATIC_SPEC_DIR,
-    NVIDIA_VISIBLE_DEVICES,
-    VISIBLE_DEVICES_VOID,
-)
+from kubegpu.catalog.nvidia import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_VOID
+from kubegpu.cdi.registry import Registry, node_spec_dirs
 from kubegpu.kube.kubelet import (
     DRA_PLUGIN_TYPE,
     DRA_PREPARE_TIMEOUT_S,
@@ -66,9 +61,6 @@ log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 
-#: Where the container runtime looks for CDI specs (static, then dynamic: a later one
-#: wins), relative to the node's root.
-CDI_DIRS = tuple(d.strip("/") for d in (CDI_STATIC_SPEC_DIR, CDI_SPEC_DIR))
 FAILED_PREPARE = "FailedPrepareDynamicResources"  # the kubelet's event reason
 WIPE_DELAY_S = 30.0  # a driver with no plugin left loses its slices after this long
 BACKOFF_START_S = 0.5
@@ -190,54 +182,26 @@ def claim_drivers(claim: Json) -> list[str]:
     return list(dict.fromkeys(r["driver"] for r in results.get("results") or []))
 
 
-def cdi_env(ids: Sequence[str], specs: Sequence[Json]) -> dict[str, str]:
+def cdi_env(ids: Sequence[str], registry: Registry) -> dict[str, str]:
     """The environment CDI devices `ids` (``vendor/class=name``) add, as a runtime applies
-    it: each spec's common edits, then the device's own; later entries win, except that the
-    devices' NVIDIA_VISIBLE_DEVICES are joined (a simulated container has no device nodes,
-    so that variable is what says which GPUs a multi-device claim gave it)."""
-    env: dict[str, str] = {}
-    for cdi_id in ids:
-        kind, sep, name = cdi_id.partition("=")
-        if not sep or "/" not in kind or not name:
-            raise ValueError(f"CDI device {cdi_id!r} is not of the form vendor/class=name")
-        found = False
-        for spec in specs:
-            if spec.get("kind") != kind:
-                continue
-            for device in spec.get("devices") or []:
-                if device.get("name") != name:
-                    continue
-                found = True
-                for edits in (spec.get("containerEdits"), device.get("containerEdits")):
-                    for item in (edits or {}).get("env") or []:
-                        key, _, value = str(item).partition("=")
-                        if key == NVIDIA_VISIBLE_DEVICES and key in env:
-                            had = [v for v in env[key].split(",") if v != VISIBLE_DEVICES_VOID]
-                            value = ",".join(dict.fromkeys([*had, value]))
-                        env[key] = value
-        if not found:
-            raise ValueError(f"unresolvable CDI device {cdi_id!r}: no spec names it")
+    it (each spec's edits, then each device's), except that the devices' own
+    NVIDIA_VISIBLE_DEVICES are joined: a simulated container has no device nodes, so that
+    variable is what says which GPUs a multi-device claim gave it. ValueError: a name no
+    spec defines."""
+    resolved = registry.resolve(ids)
+    error = resolved.error(registry.failure_notes())
+    if error is not None:
+        raise ValueError(error)
+    env = resolved.edits.env_map()
+    given = [
+        v
+        for f in resolved.devices
+        for v in [f.device.edits.env_map().get(NVIDIA_VISIBLE_DEVICES, "")]
+        if v not in ("", VISIBLE_DEVICES_VOID)
+    ]
+    if given:
+        env[NVIDIA_VISIBLE_DEVICES] = ",".join(dict.fromkeys(given))
     return env
-
-
-def read_cdi_specs(dirs: Iterable[Path]) -> list[Json]:
-    """Every CDI spec file (JSON or YAML) in `dirs`; one that cannot be read is skipped."""
-    specs = []
-    for directory in dirs:
-        if not directory.is_dir():
-            continue
-        for path in sorted(directory.iterdir()):
-            if path.suffix not in {".json", ".yaml", ".yml"}:
-                continue
-            try:
-                text = path.read_text()
-                data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-            except (OSError, ValueError, yaml.YAMLError) as exc:
-                log.warning("CDI spec %s: cannot read: %s", path, exc)
-                continue
-            if isinstance(data, dict):
-                specs.append(data)
-    return specs
 
 
 # --- state -----------------------------------------------------------------------------------
@@ -312,7 +276,7 @@ class DraManager:
         self.node_name = node_name
         self.root = root
         self.registry = root / PLUGINS_REGISTRY_PATH.strip("/")
-        self.cdi_dirs = [root / d for d in CDI_DIRS]
+        self.cdi_dirs = node_spec_dirs(root)  # static, then dynamic (which wins)
         self.wipe_delay_s = wipe_delay_s
         self.plugins: dict[str, list[DraPlugin]] = {}  # driver -> plugins, newest last
         self.claims: dict[str, PreparedClaim] = {}  # claim uid -> prepared claim
@@ -677,7 +641,7 @@ class DraManager:
     def container_env(self, pod_uid: str, container: str) -> dict[str, str]:
         """The environment the container's CDI devices add (ValueError: unresolvable)."""
         ids = self.cdi_devices(pod_uid, container)
-        return cdi_env(ids, read_cdi_specs(self.cdi_dirs)) if ids else {}
+        return cdi_env(ids, Registry.scan(self.cdi_dirs)) if ids else {}
 
     def dynamic_resources(self, pod_uid: str, container: str) -> list[pr.DynamicResource]:
         """The container's claims as pod-resources reports them."""

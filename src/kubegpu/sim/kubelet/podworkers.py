@@ -36,6 +36,7 @@ from lightkube.types import PatchType
 
 from kubegpu.base.tasks import cancel_all
 from kubegpu.catalog.nvidia import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_VOID
+from kubegpu.cdi.registry import Registry, node_spec_dirs
 from kubegpu.nvml import ENV_NVML
 from kubegpu.sim.inprocess import (
     ContainerSpec,
@@ -44,7 +45,7 @@ from kubegpu.sim.inprocess import (
     in_process_command,
 )
 from kubegpu.sim.kubelet.devicemanager import AdmissionError, ContainerAllocation, DeviceManager
-from kubegpu.sim.kubelet.dramanager import DraManager, dra_backed_resources, read_cdi_specs
+from kubegpu.sim.kubelet.dramanager import DraManager, dra_backed_resources
 from kubegpu.sim.kubelet.events import pod_event
 from kubegpu.sim.kubelet.mounted import MountedObjects, ObjectKey
 from kubegpu.sim.kubelet.podchecks import container_refusal
@@ -492,7 +493,7 @@ class PodRunner:
             **(allocation.annotations if allocation else {}),
         }
         names = cdi_requests(cri, annotations)
-        specs = read_cdi_specs(self.node.dra.cdi_dirs) if names and self.node.dra else []
+        specs = Registry.scan(node_spec_dirs(self.node.root) if names else [])
         return inject(
             nvidia_handler=is_nvidia_binary(runtime.handler_binary(self.handler)),
             env=env,
@@ -635,6 +636,7 @@ class PodRunner:
                 c.state = {"waiting": {"reason": "CreateContainerError", "message": message}}
                 await self._push_status()
                 return 1
+            env.update(injected.edits.env_map())  # CDI edits: the spec's env, as given
             env[SMI_DEVICES] = ",".join(injected.devices)
             if injected.driver:
                 programs = tuple(p for p in PROGRAMS if injected.has_program(p))

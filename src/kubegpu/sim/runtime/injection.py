@@ -6,8 +6,10 @@ Two paths only (docs/architecture.md, "The simulated runtime"):
   `NVIDIA_VISIBLE_DEVICES`: `void` anywhere in the list, empty or unset is not a GPU
   container; `none` gives the driver's files and no GPU; `all` every GPU; otherwise indices,
   GPU UUIDs, MIG UUIDs and `i:j`, each of which must name a device of the node;
-- CDI devices (the CRI field or `cdi.k8s.io/` annotations) a spec on the node defines: the
-  GPUs its device nodes are, the driver's files only if its edits mount them.
+- CDI devices (the CRI field or `cdi.k8s.io/` annotations) a spec on the node defines,
+  resolved by `kubegpu.cdi.registry` as a CRI runtime resolves them: exactly the edits of
+  the specs and devices named — the GPUs its device nodes are, its env and mounts, and
+  the driver's binaries and libcuda only if it mounts them.
 
 `inject` is pure: the pod's facts in, the decision out.
 """
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
-Json = dict[str, Any]
+from kubegpu.cdi.driver import mounted_binaries, mounts_libcuda
+from kubegpu.cdi.registry import Registry
+from kubegpu.cdi.spec import ContainerEdits
+
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
 ALL_CAPABILITIES = ("compute", "compat32", "graphics", "utility", "video", "display", "ngx")
@@ -52,6 +56,8 @@ class Injection:
     error: str | None = None
     # the driver's capabilities it got: `utility` brings nvidia-smi, `compute` libcuda
     capabilities: frozenset[str] = DEFAULT_CAPABILITIES
+    # what CDI devices edited into the container (env, device nodes, mounts, hooks)
+    edits: ContainerEdits = field(default_factory=ContainerEdits)
 
     def has_program(self, program: str) -> bool:
         """Whether a driver binary is in the container: nvidia-smi needs `utility`, a CUDA
@@ -122,48 +128,30 @@ def cdi_requests(cri_devices: Sequence[str], annotations: Mapping[str, str]) -> 
 _NODE = re.compile(r"^/dev/nvidia(\d+)$")
 
 
-def _edits_of(spec: Json, device: str) -> list[Json] | None:
-    for d in spec.get("devices") or []:
-        if d.get("name") == device:
-            return [spec.get("containerEdits") or {}, d.get("containerEdits") or {}]
-    return None
-
-
-def resolve_cdi(names: Sequence[str], specs: Sequence[Json], gpus: Sequence[NodeGpu]) -> Injection:
-    """The devices and driver files CDI names give, from the node's specs."""
+def resolve_cdi(names: Sequence[str], registry: Registry, gpus: Sequence[NodeGpu]) -> Injection:
+    """The devices and driver files CDI names give, from the node's specs: the GPUs of the
+    device nodes (and, for MIG devices, whose nodes the simulated node lacks, the UUIDs the
+    device's own env names), the driver only as far as the edits mount it."""
+    resolved = registry.resolve(names)
+    error = resolved.error(registry.failure_notes())
+    if error is not None:
+        return Injection(error=error)
     devices: list[str] = []
-    driver = False
-    unresolved: list[str] = []
     by_minor = {g.minor: g.uuid for g in gpus}
-    for name in names:
-        kind, _, device = name.partition("=")
-        edits = None
-        for spec in specs:
-            if spec.get("kind") == kind:
-                edits = _edits_of(spec, device)
-                if edits is not None:
-                    break
-        if edits is None:
-            unresolved.append(name)
-            continue
-        for e in edits:
-            for node in e.get("deviceNodes") or []:
-                m = _NODE.match(str(node.get("path", "")))
-                if m and int(m.group(1)) in by_minor and by_minor[int(m.group(1))] not in devices:
-                    devices.append(by_minor[int(m.group(1))])
-            for env in e.get("env") or []:  # a MIG device is named by its env in our specs
-                key, _, value = str(env).partition("=")
-                if key == VISIBLE and value not in {"", "void"}:
-                    ids, _ = resolve_ids(value.split(","), gpus)
-                    devices += [i for i in ids if i not in devices]
-            for mount in e.get("mounts") or []:
-                if str(mount.get("containerPath", "")).endswith("/" + DRIVER_BINARY):
-                    driver = True
-    if unresolved:
-        return Injection(
-            error="CDI device injection failed: unresolvable CDI devices " + ", ".join(unresolved)
-        )
-    return Injection(tuple(devices), driver)
+    for node in resolved.edits.device_nodes:
+        m = _NODE.match(node.path)
+        if m and int(m.group(1)) in by_minor and by_minor[int(m.group(1))] not in devices:
+            devices.append(by_minor[int(m.group(1))])
+    for found in resolved.devices:
+        value = found.device.edits.env_map().get(VISIBLE, "")
+        if value not in {"", "void"}:
+            ids, _ = resolve_ids(value.split(","), gpus)
+            devices += [i for i in ids if i not in devices]
+    edits = resolved.edits
+    caps = {"utility"} if DRIVER_BINARY in mounted_binaries(edits) else set()
+    if mounts_libcuda(edits):
+        caps.add("compute")
+    return Injection(tuple(devices), bool(caps), capabilities=frozenset(caps), edits=edits)
 
 
 def inject(
@@ -171,7 +159,7 @@ def inject(
     nvidia_handler: bool,
     env: Mapping[str, str],
     cdi_names: Sequence[str],
-    cdi_specs: Sequence[Json],
+    cdi_specs: Registry,
     gpus: Sequence[NodeGpu],
 ) -> Injection:
     """What a container gets: CDI devices (the CRI runtime applies them first; NVIDIA's
