@@ -8,15 +8,17 @@ and each leaves the cluster as the next expects it, on the package's event loop.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from integration import conftest as integration
+from kubegpu.sim.cluster import NodeEntry
 from kubegpu.sim.controlplane.plane import ControlPlane
 from kubegpu.sim.stack import find_chart
 
@@ -62,3 +64,31 @@ async def retire_shared_stack() -> None:
     (one kubegpu release per control plane)."""
     while LIVE:
         await LIVE.pop().down()
+
+
+@contextlib.asynccontextmanager
+async def own_stack(
+    control_plane: ControlPlane,
+    nodes: Sequence[NodeEntry],
+    name: str,
+    values: dict[str, object],
+) -> AsyncIterator[E2EStack]:
+    """A module's own kubegpu installation (the shared one retired first): its nodes, the
+    chart with `values`, field manager `kubegpu-<name>`; down and its files gone after."""
+    await retire_shared_stack()
+    workdir = Path(tempfile.mkdtemp(prefix="kg-own-", dir="/tmp"))  # short: unix socket paths
+    stack = E2EStack(
+        control_plane,
+        list(nodes),
+        workdir,
+        chart=find_chart(),
+        values=values,
+        field_manager=f"kubegpu-{name}",
+        lease_interval_s=5.0,
+    )
+    try:
+        await stack.up()
+        yield stack
+    finally:
+        await stack.down()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -16,8 +16,6 @@ unit tests of each false alarm are in tests/unit/test_doctor_checks.py.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -36,7 +34,6 @@ from kubegpu.doctor.facts import plugin_config_of
 from kubegpu.kube.labels import labels_of
 from kubegpu.sim.cluster import NodeEntry
 from kubegpu.sim.controlplane.plane import ControlPlane
-from kubegpu.sim.stack import find_chart
 
 from . import conftest
 from .stack import NAMESPACE, E2EStack, wait_for
@@ -76,23 +73,8 @@ def sharing_configs() -> ConfigMap:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="package")
 async def documented(control_plane: ControlPlane) -> AsyncIterator[E2EStack]:
-    await conftest.retire_shared_stack()
-    workdir = Path(tempfile.mkdtemp(prefix="kg-nvdoc-", dir="/tmp"))  # short socket paths
-    stack = E2EStack(
-        control_plane,
-        NODES,
-        workdir,
-        chart=find_chart(),
-        values=nvidia_values(),
-        field_manager="kubegpu-nvidia-configs",
-        lease_interval_s=5.0,
-    )
-    try:
-        await stack.up()
+    async with conftest.own_stack(control_plane, NODES, "nvidia-configs", nvidia_values()) as stack:
         yield stack
-    finally:
-        await stack.down()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 async def gpu_resources(stack: E2EStack, node: str) -> dict[str, str]:

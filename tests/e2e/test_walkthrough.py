@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import subprocess
-import tempfile
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,7 +27,6 @@ from kubegpu.kube.nodes import watch_node
 from kubegpu.sim.cluster import NodeEntry
 from kubegpu.sim.controlplane.binaries import find_bin_dir
 from kubegpu.sim.controlplane.plane import ControlPlane
-from kubegpu.sim.stack import find_chart
 
 from . import conftest
 from .stack import NAMESPACE, E2EStack, wait_for
@@ -50,25 +47,12 @@ MIG_STATE = "nvidia.com/mig.config.state"
 
 @pytest_asyncio.fixture(scope="module", loop_scope="package")
 async def walk(control_plane: ControlPlane) -> AsyncIterator[E2EStack]:
-    await conftest.retire_shared_stack()
-    workdir = Path(tempfile.mkdtemp(prefix="kg-walk-", dir="/tmp"))
-    stack = E2EStack(
-        control_plane,
-        NODES,
-        workdir,
-        chart=find_chart(),
-        # NVIDIA's exporter listen address (:9400) on every GPU node: each simulated node
-        # has its own address, so they do not collide
-        values={"dcgmExporter": {"env": []}},
-        field_manager="kubegpu-walkthrough",
-        lease_interval_s=5.0,
-    )
-    try:
-        await stack.up()
+    # NVIDIA's exporter listen address (:9400) on every GPU node: each simulated node has
+    # its own address, so they do not collide
+    async with conftest.own_stack(
+        control_plane, NODES, "walkthrough", {"dcgmExporter": {"env": []}}
+    ) as stack:
         yield stack
-    finally:
-        await stack.down()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 class States:

@@ -4,10 +4,7 @@ the GPU nodes from their PCI bus; the operator then deploys the stack on them on
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -15,7 +12,6 @@ import pytest_asyncio
 from kube_objects import meta
 from kubegpu.sim.cluster import NodeEntry
 from kubegpu.sim.controlplane.plane import ControlPlane
-from kubegpu.sim.stack import find_chart
 
 from . import conftest
 from .stack import E2EStack, wait_for
@@ -32,23 +28,10 @@ NODES = [
 
 @pytest_asyncio.fixture(scope="module", loop_scope="package")
 async def no_nfd(control_plane: ControlPlane) -> AsyncIterator[E2EStack]:
-    await conftest.retire_shared_stack()
-    workdir = Path(tempfile.mkdtemp(prefix="kg-nonfd-", dir="/tmp"))
-    stack = E2EStack(
-        control_plane,
-        NODES,
-        workdir,
-        chart=find_chart(),
-        values={"nfd": {"enabled": False}},
-        field_manager="kubegpu-no-nfd",
-        lease_interval_s=5.0,
-    )
-    try:
-        await stack.up()
+    async with conftest.own_stack(
+        control_plane, NODES, "no-nfd", {"nfd": {"enabled": False}}
+    ) as stack:
         yield stack
-    finally:
-        await stack.down()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 async def test_without_nfd_the_node_labeller_finds_the_gpu_nodes(no_nfd: E2EStack) -> None:
